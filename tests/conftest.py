@@ -1,0 +1,42 @@
+"""Test isolation: every test gets its own working directory, cache and plugin manager.
+
+Third-party plugins installed in the environment are ignored by default
+(``ZOO_DISABLE_PLUGIN_AUTOLOAD=1``); tests that exercise them turn autoload back on explicitly.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from zoo_core.testing import isolated_plugin_manager
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def zoo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One cache per test session, so built-in datasets are generated once."""
+    return tmp_path_factory.mktemp("zoo_home")
+
+
+@pytest.fixture(autouse=True)
+def _isolated_zoo(zoo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("ZOO_HOME", str(zoo_home))
+    monkeypatch.setenv("ZOO_DISABLE_PLUGIN_AUTOLOAD", "1")
+    for name in ("ZOO_BLOCK_PLUGINS", "ZOO_DEBUG", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    with isolated_plugin_manager():
+        yield
+
+
+@pytest.fixture
+def subprocess_env(zoo_home: Path) -> dict[str, str]:
+    """Environment for ``zoo`` subprocesses: the repository importable, the test's cache."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "plugins"), env.get("PYTHONPATH", "")])
+    env["ZOO_HOME"] = str(zoo_home)
+    return env

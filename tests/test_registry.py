@@ -1,0 +1,104 @@
+"""registry.yaml: schema validation with errors that name family and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zoo_core.errors import RegistryError
+from zoo_core.naming import name_table
+from zoo_core.registry import TASKS, load_registry
+
+GOOD_ENTRY = """
+schema_version: 1
+families:
+  tiny:
+    display: Tiny
+    task: classify
+    builder: some.module:build
+    published_num_classes: 10
+    sizes:
+      s: {input_size: 32, params: 1000, params_source: "a test"}
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "registry.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_shipped_registry_is_valid_and_names_are_unambiguous():
+    families = load_registry()
+    assert families, "registry.yaml declares no family"
+    for name, declaration in families.items():
+        assert declaration.name == name
+        assert declaration.task in TASKS
+        assert declaration.plugin == f"zoo_{name}", "built-in plugins live in plugins/zoo_<family>/"
+        for size in declaration.sizes.values():
+            assert size.params_source.strip()
+    name_table(families)  # raises if two models share a spelling
+
+
+def test_every_registry_family_has_its_plugin_package_and_entry_point():
+    import tomllib
+
+    root = Path(__file__).resolve().parent.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    entry_points = project["project"]["entry-points"]["zoo.plugins"]
+    wheel_packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
+    for name, declaration in load_registry().items():
+        assert entry_points.get(name) == declaration.plugin
+        assert f"plugins/{declaration.plugin}" in wheel_packages
+        assert (root / "plugins" / declaration.plugin / "__init__.py").is_file()
+
+
+def test_a_valid_file_loads(tmp_path):
+    families = load_registry(write(tmp_path, GOOD_ENTRY))
+    assert families["tiny"].sizes["s"].params == 1000
+    assert families["tiny"].spawn is False, "spawn support must be declared, never assumed"
+    assert families["tiny"].param_tolerance == 0.02
+
+
+@pytest.mark.parametrize(
+    ("replace", "by", "field"),
+    [
+        ("task: classify", "task: painting", "task"),
+        ("params: 1000", "params: -5", "sizes.s.params"),
+        ('params_source: "a test"', "", "sizes.s.params_source"),
+        ("builder: some.module:build", "builder: not a reference", "builder"),
+        ("    published_num_classes: 10\n", "    published_num_classes: 10\n    colour: red\n", "colour"),
+        ("    published_num_classes: 10\n", "", "published_num_classes"),
+    ],
+)
+def test_errors_name_the_family_and_the_field(tmp_path, replace, by, field):
+    text = GOOD_ENTRY.replace(replace, by)
+    assert text != GOOD_ENTRY
+    with pytest.raises(RegistryError) as caught:
+        load_registry(write(tmp_path, text))
+    message = str(caught.value)
+    assert "family 'tiny'" in message
+    assert f"field '{field}" in message or f"'{field}'" in message
+
+
+def test_weights_need_a_real_sha256(tmp_path):
+    text = GOOD_ENTRY.replace(
+        'params_source: "a test"}',
+        'params_source: "a test", weights: {url: "http://x/y.pt", sha256: "abc"}}',
+    )
+    with pytest.raises(RegistryError, match="sizes.s.weights.sha256"):
+        load_registry(write(tmp_path, text))
+
+
+def test_not_yaml_and_not_a_mapping(tmp_path):
+    with pytest.raises(RegistryError, match="not valid YAML"):
+        load_registry(write(tmp_path, "families: [unclosed"))
+    with pytest.raises(RegistryError, match="'families' mapping"):
+        load_registry(write(tmp_path, "- a list"))
+
+
+def test_yaml_tags_are_refused(tmp_path):
+    # safe_load only: a python object tag must never be constructed.
+    with pytest.raises(RegistryError):
+        load_registry(write(tmp_path, "families: !!python/object/apply:os.system ['echo hi']"))

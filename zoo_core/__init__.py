@@ -1,0 +1,32 @@
+"""zoo: a vision model zoo with a DDP training engine and pluggy family plugins.
+
+``from zoo_core import LibreYOLO`` is the entry point for users; ``hookimpl`` is what plugin
+authors mark their hooks with. Importing this package is cheap: torch and the engine load on
+first use of ``LibreYOLO``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from zoo_core.hookspecs import hookimpl
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "hookimpl", "LibreYOLO", "TrainResult", "get_plugin_manager", "register_plugin"]
+
+_LAZY = {
+    "LibreYOLO": "zoo_core.facade",
+    "TrainResult": "zoo_core.engine.results",
+    "get_plugin_manager": "zoo_core.plugin_manager",
+    "register_plugin": "zoo_core.plugin_manager",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'zoo_core' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module_name), name)

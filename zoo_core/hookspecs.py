@@ -1,0 +1,60 @@
+"""Hook specifications: the reference for plugin authors.
+
+A plugin is a module (or object) with functions marked ``@hookimpl`` whose names match the
+specifications below. Each family is its own plugin, registered under its family name.
+zoo's core implements every hook ``trylast`` by answering from the family's declaration, so a
+plugin only implements a hook where it means to override that answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pluggy
+
+__all__ = ["PROJECT_NAME", "hookspec", "hookimpl", "zoo_families", "build_model", "default_sync_bn", "supports_spawn"]
+
+PROJECT_NAME = "zoo"
+hookspec = pluggy.HookspecMarker(PROJECT_NAME)
+hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def zoo_families() -> list[Any]:
+    """Return this plugin's family declarations: a list of dicts or ``FamilyDeclaration`` objects.
+
+    Called once, when the plugin manager loads. Each declaration has the schema of a
+    registry.yaml entry (docs/registry.md) plus its ``name``. It must be cheap: data only, no
+    torch import. A family name declared by two plugins is an error naming both.
+    """
+
+
+@hookspec(firstresult=True)
+def build_model(family: str, size: str, num_classes: int, options: dict[str, Any]) -> Any:
+    """Return a freshly initialised ``torch.nn.Module`` for ``family`` at ``size``, or None.
+
+    ``num_classes`` is the number of output classes; ``options`` holds extra builder keyword
+    arguments from the caller (may be empty). firstresult: the first non-None answer wins; the
+    core answers last by calling the declared ``builder`` ("module:function") with a
+    ``BuildRequest``. Import torch and the architecture inside this function, never at the
+    plugin's top level. Must not download anything.
+    """
+
+
+@hookspec(firstresult=True)
+def default_sync_bn(family: str) -> bool | None:
+    """Return whether DDP training of ``family`` converts BatchNorm to SyncBatchNorm by default.
+
+    Used when ``train(sync_bn=None)``. firstresult; the core answers last with the family's
+    declared ``sync_bn``. A policy plugin returning False for every family switches it off
+    everywhere.
+    """
+
+
+@hookspec(firstresult=True)
+def supports_spawn(family: str) -> bool | None:
+    """Return whether ``train(device=[...])`` may spawn one worker per device for ``family``.
+
+    firstresult; the core answers last with the family's declared ``spawn`` (False when not
+    declared). A family without spawn support trains on several devices only under torchrun.
+    """

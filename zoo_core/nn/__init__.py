@@ -1,0 +1,1 @@
+"""Building blocks shared by several families (one copy each, named for what they are)."""

@@ -1,0 +1,342 @@
+"""The plugin manager: finds, blocks, loads and checks family plugins, and answers hooks.
+
+Loading follows pytest's order: find entry points in group ``zoo.plugins`` (metadata only),
+drop the blocked ones *before* importing them, import the rest, then ``check_pending()`` so a
+misspelt hook is an error rather than a silently ignored function. Each plugin's
+``zoo_families`` declarations are validated and collected; one family name declared twice is an
+error naming both plugins and their distributions.
+
+Switches (docs/plugins.md): ``ZOO_DISABLE_PLUGIN_AUTOLOAD=1`` skips entry points of every
+distribution other than ``zoo`` (the built-ins stay), ``ZOO_BLOCK_PLUGINS=a,b`` (or
+``get_plugin_manager(block=[...])``) blocks plugins by name, ``ZOO_DEBUG=1`` traces hook calls.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import importlib.metadata
+import os
+import pkgutil
+import sys
+import threading
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
+
+import pluggy
+
+from zoo_core import hookspecs
+from zoo_core.building import BuildRequest
+from zoo_core.errors import (
+    DuplicateFamilyError,
+    PluginError,
+    PluginHookError,
+    PluginImportError,
+    UnknownFamilyError,
+)
+from zoo_core.hookspecs import hookimpl
+from zoo_core.registry import FamilyDeclaration, validate_declaration
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "CORE_DISTRIBUTION",
+    "PluginRecord",
+    "ZooPluginManager",
+    "get_plugin_manager",
+    "reset_plugin_manager",
+    "register_plugin",
+]
+
+ENTRY_POINT_GROUP = "zoo.plugins"
+CORE_DISTRIBUTION = "zoo"
+CORE_PLUGIN_NAME = "zoo-core"
+_DISABLE_AUTOLOAD_ENV = "ZOO_DISABLE_PLUGIN_AUTOLOAD"
+_BLOCK_ENV = "ZOO_BLOCK_PLUGINS"
+_DEBUG_ENV = "ZOO_DEBUG"
+
+
+@dataclass(frozen=True)
+class PluginRecord:
+    """Where a loaded plugin came from, for messages and ``zoo plugins``."""
+
+    name: str
+    module: str
+    distribution: str | None = None  # None: registered at run time from Python
+    version: str | None = None
+
+    def describe(self) -> str:
+        """``plugin 'x' (distribution dist 1.0)``, the form every error message uses."""
+        origin = (
+            f"distribution {self.distribution} {self.version}"
+            if self.distribution
+            else "registered at run time"
+        )
+        return f"plugin {self.name!r} ({origin})"
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def _env_list(name: str) -> list[str]:
+    return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
+
+
+class _DeclarationAnswers:
+    """The core's ``trylast`` hook implementations: answers read from family declarations."""
+
+    def __init__(self, manager: "ZooPluginManager") -> None:
+        self._manager = manager
+
+    @hookimpl(trylast=True)
+    def build_model(self, family: str, size: str, num_classes: int, options: dict[str, Any]) -> Any:
+        declaration = self._manager.family(family)
+        builder = pkgutil.resolve_name(declaration.builder)
+        request = BuildRequest(
+            family=family,
+            size=size,
+            num_classes=num_classes,
+            config=declaration.size(size).config,
+            declaration=declaration,
+            options=options,
+        )
+        return builder(request)
+
+    @hookimpl(trylast=True)
+    def default_sync_bn(self, family: str) -> bool:
+        return self._manager.family(family).sync_bn
+
+    @hookimpl(trylast=True)
+    def supports_spawn(self, family: str) -> bool:
+        return self._manager.family(family).spawn
+
+
+class ZooPluginManager(pluggy.PluginManager):
+    """A pluggy manager that knows zoo's families, where each came from, and how to block plugins."""
+
+    def __init__(self, *, block: Iterable[str] = (), autoload: bool | None = None) -> None:
+        super().__init__(hookspecs.PROJECT_NAME)
+        self.add_hookspecs(hookspecs)
+        self.blocked_names: frozenset[str] = frozenset([*_env_list(_BLOCK_ENV), *block])
+        self.autoload = (not _env_flag(_DISABLE_AUTOLOAD_ENV)) if autoload is None else autoload
+        self._records: dict[str, PluginRecord] = {}
+        self._families: dict[str, FamilyDeclaration] = {}
+        self._family_owner: dict[str, str] = {}
+        self._runtime_plugins: list[tuple[str, Any]] = []
+        for name in self.blocked_names:
+            self.set_blocked(name)
+        self.register(_DeclarationAnswers(self), name=CORE_PLUGIN_NAME)
+        if _env_flag(_DEBUG_ENV):
+            self.trace.root.setwriter(sys.stderr.write)
+            self.enable_tracing()
+
+    # ----------------------------------------------------------------------------- loading
+    def load_entry_point_plugins(self) -> None:
+        """Find, filter, import and register every plugin of group ``zoo.plugins``, then check hooks."""
+        for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            distribution = entry_point.dist.name if entry_point.dist else None
+            record = PluginRecord(
+                name=entry_point.name,
+                module=entry_point.value,
+                distribution=distribution,
+                version=entry_point.dist.version if entry_point.dist else None,
+            )
+            if entry_point.name in self.blocked_names:
+                continue
+            if not self.autoload and distribution != CORE_DISTRIBUTION:
+                continue
+            if entry_point.name in self._records:
+                if self._records[entry_point.name] == record:
+                    continue  # the same distribution seen twice on sys.path
+                raise DuplicateFamilyError(
+                    f"two plugins are named {entry_point.name!r}: "
+                    f"{self._records[entry_point.name].describe()} and {record.describe()}; "
+                    f"uninstall one of the distributions, or block one with {_BLOCK_ENV}={entry_point.name}"
+                )
+            try:
+                plugin = entry_point.load()
+            except Exception as error:
+                raise PluginImportError(
+                    f"{record.describe()} failed to import {entry_point.value!r}: "
+                    f"{type(error).__name__}: {error}. Fix or uninstall the distribution "
+                    f"(pip uninstall {distribution}), block just this plugin with "
+                    f"{_BLOCK_ENV}={entry_point.name}, or skip all third-party plugins with "
+                    f"{_DISABLE_AUTOLOAD_ENV}=1"
+                ) from error
+            self._register_recorded(plugin, record)
+        self._check_hooks()
+
+    def register_family_plugin(self, plugin: Any, name: str | None = None) -> str | None:
+        """Register ``plugin`` at run time (a module or an object with ``@hookimpl`` methods).
+
+        Its declarations are validated and added; blocked names are ignored (None is returned).
+        Spawned training workers re-register it by module name, or by pickling the object, so
+        it must be importable there (defined at module level, not under ``__main__``).
+        """
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        if name in self.blocked_names:
+            return None
+        module = plugin.__name__ if isinstance(plugin, type(sys)) else type(plugin).__module__
+        self._register_recorded(plugin, PluginRecord(name=name, module=module))
+        self._check_hooks()
+        self._runtime_plugins.append((name, module if isinstance(plugin, type(sys)) else plugin))
+        return name
+
+    def _register_recorded(self, plugin: Any, record: PluginRecord) -> None:
+        try:
+            registered = self.register(plugin, name=record.name)
+        except pluggy.PluginValidationError as error:
+            raise PluginHookError(f"{record.describe()}: {error}") from None
+        except ValueError as error:
+            existing = self._records.get(record.name)
+            other = existing.describe() if existing else f"plugin {record.name!r}"
+            raise DuplicateFamilyError(
+                f"{record.describe()} cannot register: {other} already uses that name ({error}); "
+                f"uninstall one, or block one with {_BLOCK_ENV}={record.name}"
+            ) from None
+        if registered is None:  # blocked
+            return
+        self._records[record.name] = record
+        self._collect_declarations(plugin, record)
+
+    def _collect_declarations(self, plugin: Any, record: PluginRecord) -> None:
+        implementation = getattr(plugin, "zoo_families", None)
+        if implementation is None:
+            return
+        declared = implementation()
+        if declared is None:
+            return
+        if isinstance(declared, (Mapping, FamilyDeclaration)):
+            declared = [declared]
+        for index, item in enumerate(declared):
+            where = f"{record.describe()} zoo_families() item {index}"
+            declaration = validate_declaration(item, where)
+            if declaration.plugin is None:
+                declaration = declaration.model_copy(update={"plugin": record.module})
+            owner = self._family_owner.get(declaration.name)
+            if owner is not None:
+                raise DuplicateFamilyError(
+                    f"family {declaration.name!r} is declared by {self._records[owner].describe()} "
+                    f"and by {record.describe()}; uninstall one of the distributions or block one "
+                    f"of the plugins ({_BLOCK_ENV}={record.name})"
+                )
+            self._families[declaration.name] = declaration
+            self._family_owner[declaration.name] = record.name
+
+    def _check_hooks(self) -> None:
+        try:
+            self.check_pending()
+        except pluggy.PluginValidationError as error:
+            plugin_name = self.get_name(error.plugin) or "?"
+            record = self._records.get(plugin_name, PluginRecord(name=plugin_name, module="?"))
+            callers = {name: caller for name, caller in vars(self.hook).items() if not name.startswith("_")}
+            known = sorted(name for name, caller in callers.items() if caller.has_spec())
+            unknown = [
+                name
+                for name, caller in callers.items()
+                if not caller.has_spec() and any(impl.plugin is error.plugin for impl in caller.get_hookimpls())
+            ]
+            hints = []
+            for name in unknown:
+                close = difflib.get_close_matches(name, known, n=1)
+                hints.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+            raise PluginHookError(
+                f"{record.describe()} implements unknown hook {', '.join(hints)}; the hooks are "
+                f"{', '.join(known)} (zoo_core/hookspecs.py)"
+            ) from None
+
+    # ----------------------------------------------------------------------------- queries
+    @property
+    def families(self) -> Mapping[str, FamilyDeclaration]:
+        """Every declared family by name, in load order."""
+        return dict(self._families)
+
+    def family(self, name: str) -> FamilyDeclaration:
+        """The declaration of ``name``; ``UnknownFamilyError`` with close matches if none."""
+        try:
+            return self._families[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, list(self._families), n=3, cutoff=0.6)
+            hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+            blocked = f" (blocked plugins: {', '.join(sorted(self.blocked_names))})" if self.blocked_names else ""
+            raise UnknownFamilyError(
+                f"no plugin declares a family {name!r}.{hint} Known families: "
+                f"{', '.join(self._families) or 'none'}{blocked}. Install the plugin that provides "
+                "it (`zoo plugins` lists what is loaded)."
+            ) from None
+
+    def family_record(self, name: str) -> PluginRecord:
+        """The plugin that declared family ``name``."""
+        self.family(name)
+        return self._records[self._family_owner[name]]
+
+    def plugin_records(self) -> list[PluginRecord]:
+        """Every loaded plugin (the core's own answers excluded)."""
+        return list(self._records.values())
+
+    def families_of(self, plugin_name: str) -> list[str]:
+        """Family names declared by the plugin ``plugin_name``."""
+        return [family for family, owner in self._family_owner.items() if owner == plugin_name]
+
+    @property
+    def runtime_plugins(self) -> list[tuple[str, Any]]:
+        """Plugins registered from Python: ``(name, module name or picklable object)`` for workers."""
+        return list(self._runtime_plugins)
+
+    # ----------------------------------------------------------------------------- hooks
+    def build_model(
+        self, family: str, size: str, num_classes: int | None = None, options: Mapping[str, Any] | None = None
+    ) -> "torch.nn.Module":
+        """Build a freshly initialised model through the ``build_model`` hook."""
+        declaration = self.family(family)
+        declaration.size(size)
+        if num_classes is None:
+            num_classes = declaration.published_num_classes or 0
+        model = self.hook.build_model(family=family, size=size, num_classes=num_classes, options=dict(options or {}))
+        if model is None:
+            raise PluginError(f"no plugin built a model for family {family!r} size {size!r}")
+        return model
+
+    def default_sync_bn(self, family: str) -> bool:
+        """The family's SyncBatchNorm default under DDP (DESIGN.md E8)."""
+        self.family(family)
+        return bool(self.hook.default_sync_bn(family=family))
+
+    def supports_spawn(self, family: str) -> bool:
+        """Whether ``train(device=[...])`` may spawn workers for ``family`` (DESIGN.md E13)."""
+        self.family(family)
+        return bool(self.hook.supports_spawn(family=family))
+
+
+_manager: ZooPluginManager | None = None
+_manager_lock = threading.Lock()
+
+
+def get_plugin_manager() -> ZooPluginManager:
+    """The process-wide plugin manager, loaded on first use from entry points and the environment."""
+    global _manager
+    with _manager_lock:
+        if _manager is None:
+            manager = ZooPluginManager()
+            manager.load_entry_point_plugins()
+            _manager = manager
+        return _manager
+
+
+def reset_plugin_manager(*, block: Iterable[str] = (), autoload: bool | None = None) -> ZooPluginManager:
+    """Replace the process-wide manager with a freshly loaded one (tests, or after installing a plugin)."""
+    global _manager
+    importlib.invalidate_caches()
+    manager = ZooPluginManager(block=block, autoload=autoload)
+    manager.load_entry_point_plugins()
+    with _manager_lock:
+        _manager = manager
+    return manager
+
+
+def register_plugin(plugin: Any, name: str | None = None) -> str | None:
+    """Register a plugin object or module with the process-wide manager at run time."""
+    return get_plugin_manager().register_family_plugin(plugin, name)

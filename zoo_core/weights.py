@@ -1,0 +1,254 @@
+"""Reading, writing and downloading weights: safetensors with metadata, and ``.pt`` checkpoints.
+
+Safety rules (DESIGN.md §10): ``.pt`` files are read with ``torch.load(weights_only=True)`` only;
+writes are atomic (temp file in the same directory, then ``os.replace``); downloads are checked
+against the registry's sha256 before they are moved into the cache.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from zoo_core.errors import (
+    ChecksumMismatchError,
+    CorruptWeightsError,
+    UnsafeWeightsError,
+    WeightsDownloadError,
+)
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "ModelMeta",
+    "save_safetensors",
+    "read_safetensors",
+    "read_checkpoint",
+    "read_weights",
+    "atomic_torch_save",
+    "download_weights",
+    "sha256_of",
+]
+
+_META_KEY = "zoo"
+
+
+@dataclass
+class ModelMeta:
+    """What a weights file says about the model it holds."""
+
+    family: str
+    size: str
+    task: str
+    num_classes: int
+    names: dict[int, str] = field(default_factory=dict)
+    input_size: int = 0
+    zoo_version: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (also what ``.pt`` checkpoints store under ``meta``)."""
+        data = asdict(self)
+        data["names"] = {int(key): str(value) for key, value in self.names.items()}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str | Path) -> "ModelMeta":
+        """Parse metadata read from ``source``; ``CorruptWeightsError`` if fields are missing."""
+        try:
+            return cls(
+                family=str(data["family"]),
+                size=str(data["size"]),
+                task=str(data["task"]),
+                num_classes=int(data["num_classes"]),
+                names={int(key): str(value) for key, value in dict(data.get("names") or {}).items()},
+                input_size=int(data.get("input_size") or 0),
+                zoo_version=str(data.get("zoo_version") or ""),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise CorruptWeightsError(f"{source}: the zoo metadata is incomplete or malformed ({error!r})") from None
+
+
+def _atomic_target(path: Path) -> tuple[int, Path]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    return handle, Path(temporary)
+
+
+def _unshared(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+    # safetensors refuses tensors that share storage (tied weights); give each its own copy.
+    seen: set[tuple[int, int]] = set()
+    result = {}
+    for key, tensor in state_dict.items():
+        tensor = tensor.detach().cpu().contiguous()
+        identity = (tensor.untyped_storage().data_ptr(), tensor.storage_offset())
+        if identity in seen and tensor.numel():
+            tensor = tensor.clone()
+        seen.add(identity)
+        result[key] = tensor
+    return result
+
+
+def save_safetensors(path: str | Path, state_dict: Mapping[str, "torch.Tensor"], meta: ModelMeta) -> Path:
+    """Write ``state_dict`` and ``meta`` to ``path`` atomically; returns the path."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    handle, temporary = _atomic_target(path)
+    os.close(handle)
+    try:
+        save_file(_unshared(state_dict), str(temporary), metadata={_META_KEY: json.dumps(meta.to_dict())})
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def read_safetensors(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelMeta | None]:
+    """Tensors and zoo metadata (None if the file has none) of a ``.safetensors`` file."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    try:
+        from safetensors import safe_open
+
+        with safe_open(str(path), framework="pt") as handle:
+            header = handle.metadata() or {}
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError, RuntimeError) as error:
+        raise CorruptWeightsError(
+            f"{path} is not a readable safetensors file ({error}); it may be truncated or another "
+            "format. Re-download or re-save it with LibreYOLO(...).save(path)."
+        ) from None
+    meta = None
+    if _META_KEY in header:
+        try:
+            meta = ModelMeta.from_dict(json.loads(header[_META_KEY]), path)
+        except json.JSONDecodeError as error:
+            raise CorruptWeightsError(f"{path}: the zoo metadata is not valid JSON ({error})") from None
+    return tensors, meta
+
+
+def read_checkpoint(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelMeta | None, dict[str, Any]]:
+    """Weights, metadata and the whole dict of a ``.pt``/``.pth`` file, loaded with ``weights_only=True``.
+
+    Accepts a zoo training checkpoint (``{"model": state_dict, "meta": {...}, ...}``) or a plain
+    state dict. A pickle of arbitrary objects is refused with ``UnsafeWeightsError``; anything
+    else that is not a state dict is a ``CorruptWeightsError``.
+    """
+    import pickle
+
+    import torch
+
+    path = Path(path)
+    try:
+        content = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UnsafeWeightsError(
+            f"{path} holds pickled Python objects, not a plain state dict, and zoo only loads "
+            f"with torch.load(weights_only=True) ({first_line}). If you trust the file, re-save "
+            "its weights as a state dict: torch.save(model.state_dict(), path), or as safetensors."
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as error:
+        raise CorruptWeightsError(
+            f"{path} could not be read as a PyTorch file ({type(error).__name__}: {error}); it may "
+            "be truncated. Re-download it, or re-save it."
+        ) from None
+    if isinstance(content, Mapping) and isinstance(content.get("model"), Mapping):
+        state_dict = dict(content["model"])
+        meta_data = content.get("meta")
+        meta = ModelMeta.from_dict(meta_data, path) if isinstance(meta_data, Mapping) else None
+        whole = dict(content)
+    elif isinstance(content, Mapping):
+        state_dict, meta, whole = dict(content), None, {"model": dict(content)}
+    else:
+        raise CorruptWeightsError(
+            f"{path} holds a {type(content).__name__}, not a state dict; save weights with "
+            "torch.save(model.state_dict(), path)"
+        )
+    bad = [key for key, value in state_dict.items() if not isinstance(value, torch.Tensor)]
+    if bad:
+        raise CorruptWeightsError(
+            f"{path} is not a state dict: entries {bad[:3]} are not tensors; save weights with "
+            "torch.save(model.state_dict(), path)"
+        )
+    return state_dict, meta, whole
+
+
+def read_weights(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelMeta | None]:
+    """Weights and metadata of a ``.safetensors``, ``.pt`` or ``.pth`` file, by suffix."""
+    path = Path(path)
+    if path.suffix.lower() == ".safetensors":
+        return read_safetensors(path)
+    if path.suffix.lower() in (".pt", ".pth"):
+        state_dict, meta, _ = read_checkpoint(path)
+        return state_dict, meta
+    raise CorruptWeightsError(f"{path}: unknown weights format {path.suffix!r}; use .safetensors, .pt or .pth")
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save`` to a temp file beside ``path``, then ``os.replace``: a kill never leaves half a file."""
+    import torch
+
+    path = Path(path)
+    handle, temporary = _atomic_target(path)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            torch.save(obj, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def sha256_of(path: str | Path) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def download_weights(url: str, sha256: str, destination: str | Path, *, fresh_hint: str, timeout: float = 60.0) -> Path:
+    """Download ``url`` to ``destination`` if the file's sha256 is ``sha256``; else raise and keep nothing.
+
+    ``fresh_hint`` is appended to errors (how to build the model without weights).
+    """
+    destination = Path(destination)
+    handle, temporary = _atomic_target(destination)
+    digest = hashlib.sha256()
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            try:
+                with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - http(s) only (schema)
+                    while chunk := response.read(1 << 20):
+                        digest.update(chunk)
+                        stream.write(chunk)
+            except (urllib.error.URLError, OSError, TimeoutError) as error:
+                reason = getattr(error, "reason", error)
+                raise WeightsDownloadError(
+                    f"could not download {url} ({reason}). Are you offline? Place the file at "
+                    f"{destination} yourself, or {fresh_hint}"
+                ) from None
+        if digest.hexdigest() != sha256.lower():
+            raise ChecksumMismatchError(
+                f"the file downloaded from {url} has sha256 {digest.hexdigest()}, but the registry "
+                f"expects {sha256}; it was discarded. The server may be serving another file; "
+                f"retry later, or {fresh_hint}"
+            )
+        os.replace(temporary, destination)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return destination
