@@ -1,0 +1,41 @@
+"""The declarative commands of ``zoo``: list, info, plugins (in-process, plus exit codes)."""
+
+from __future__ import annotations
+
+import json
+
+from zoo_core.cli import main
+from zoo_core.registry import load_registry
+
+
+def test_list_shows_every_family_with_its_sizes(capsys):
+    assert main(["list"]) == 0
+    output = capsys.readouterr().out
+    for name, declaration in load_registry().items():
+        line = next(line for line in output.splitlines() if line.startswith(name + " "))
+        assert " ".join(declaration.sizes) in line
+
+
+def test_list_filters_by_task_and_emits_json(capsys):
+    assert main(["list", "--task", "classify", "--json"]) == 0
+    items = json.loads(capsys.readouterr().out)
+    assert items and {item["task"] for item in items} == {"classify"}
+    assert {"family", "sizes", "spawn", "sync_bn", "plugin", "distribution"} <= set(items[0])
+
+
+def test_info_accepts_a_model_name_and_prints_published_counts(capsys):
+    assert main(["info", "convnextv2-atto"]) == 0
+    output = capsys.readouterr().out
+    assert "ConvNeXt V2 (convnextv2)" in output and "3.7M" in output and "660.0M" in output
+    assert "sync_bn:   off" in output and "spawn:     yes" in output
+
+
+def test_info_of_an_unknown_family_exits_2_with_suggestions(capsys):
+    assert main(["info", "convnxt"]) == 2
+    assert "Did you mean 'convnext'" in capsys.readouterr().err
+
+
+def test_plugins_lists_builtins_with_the_zoo_distribution(capsys):
+    assert main(["plugins", "--json"]) == 0
+    records = {item["plugin"]: item for item in json.loads(capsys.readouterr().out)}
+    assert records["resnet"]["distribution"] == "zoo" and records["resnet"]["families"] == ["resnet"]
