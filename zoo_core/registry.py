@@ -87,6 +87,9 @@ class FamilyDeclaration(BaseModel):
     param_tolerance: float = Field(default=0.02, ge=0, lt=1)
     spawn: bool = False
     sync_bn: bool = False
+    train_defaults: dict[str, Any] = Field(
+        default_factory=dict, description="training arguments this family's published recipe uses (lr0, optimizer...)"
+    )
 
     @field_validator("name")
     @classmethod

@@ -1,0 +1,378 @@
+"""YOLOv9 (Wang, Yeh & Liao, ECCV 2024): the GELAN detector, with PGI's auxiliary branch on demand.
+
+Architecture (per size, data from registry.yaml, transcribed from the official
+``models/detect/gelan-{t,s,m,c}.yaml``): a GELAN backbone (two stride-2 convs, an ELAN1 or
+RepNCSPELAN4 block at P2, then downsample + RepNCSPELAN4 at P3, P4, P5), a PAN neck (SPPELAN,
+a top-down path and a bottom-up path of RepNCSPELAN4 blocks) and a decoupled anchor-free head
+with DFL (reg_max 16, YOLOv9's grouped box branch) at strides 8, 16, 32. The default build is
+the graph of the published ("converted", yolov9-*-converted.pt) inference models in its trainable
+form: ``fuse()`` folds its BatchNorms and merges its RepConvN branches, after which its parameter
+count and FLOPs are those of the YOLOv9 README (tests/test_yolo9.py).
+
+PGI (programmable gradient information) is training-only. ``pgi=True`` adds the auxiliary branch
+of the official ``models/detect/yolov9-{t,s,m,c}.yaml`` and its own head (DualDDetect):
+
+- YOLOv9-T/S: an auxiliary top-down path (its own SPPELAN and two RepNCSPELAN4) fed by the
+  backbone's P3-P5;
+- YOLOv9-M/C: the multi-level reversible auxiliary branch, a second GELAN backbone from the image
+  into which CBLinear projections of the main backbone's P3-P5 are fused (CBFuse) after each
+  downsample.
+
+The auxiliary head's loss (its own task-aligned assignment) is weighted 0.25 against the main
+head's, as ``utils/loss_tal_dual.py`` does. ``drop_auxiliary_branch()`` removes it, leaving the
+exact inference model (same state-dict keys as a ``pgi=False`` build); so does ``fuse()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from zoo_core.assigners.task_aligned import TaskAlignedAssigner
+from zoo_core.building import BuildRequest
+from zoo_core.losses.detection import YOLO_NOMINAL_BATCH_SIZE, DetectionLossGains, TaskAlignedDetectionLoss
+from zoo_core.nn.conv import ConvNormAct
+from zoo_core.nn.detection_head import DecoupledDetectionHead, decode_dense_predictions
+from zoo_core.nn.gelan import ELAN1, SPPELAN, ADown, AConv, CBFuse, CBLinear, RepNCSPELAN4, fuse_for_inference
+from zoo_core.ops.nms import dense_detections_nms
+
+__all__ = [
+    "GELANSpec",
+    "GELANBackbone",
+    "GELANTopDownPath",
+    "GELANNeck",
+    "AuxiliaryTopDownBranch",
+    "ReversibleAuxiliaryBranch",
+    "YOLOv9",
+    "build_yolo9",
+]
+
+STRIDES = (8, 16, 32)
+REG_MAX = 16
+BOX_BRANCH_GROUPS = 4  # DDetect's box branch: grouped 3×3 and 1×1, one group per box side
+AUXILIARY_LOSS_WEIGHT = 0.25  # utils/loss_tal_dual.py: auxiliary head's terms × 0.25, main × 1
+ASSIGNER_TOP_K, ASSIGNER_ALPHA, ASSIGNER_BETA = 10, 0.5, 6.0  # utils/loss_tal.py
+P2_BLOCKS = ("elan1", "rep_ncsp_elan4")
+DOWNSAMPLERS = ("aconv", "adown")
+PGI_KINDS = ("auxiliary_neck", "reversible_backbone")
+BUILD_OPTIONS = ("pgi",)
+
+
+def _int_tuple(value: Any, length: int, key: str, where: str) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or len(value) != length or not all(isinstance(v, int) and v > 0 for v in value):
+        raise ValueError(f"{where}: '{key}' must be a list of {length} positive integers, got {value!r}")
+    return tuple(value)
+
+
+def _int_tuples(value: Any, count: int, length: int, key: str, where: str) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, (list, tuple)) or len(value) != count:
+        raise ValueError(f"{where}: '{key}' must be a list of {count} entries, got {value!r}")
+    return tuple(_int_tuple(item, length, f"{key}[{index}]", where) for index, item in enumerate(value))
+
+
+def _choice(value: Any, choices: Sequence[str], key: str, where: str) -> str:
+    if value not in choices:
+        raise ValueError(f"{where}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GELANSpec:
+    """Widths and depths of one YOLOv9 size (the ``config`` of its registry entry).
+
+    Blocks are ``(out, split, branch)``: RepNCSPELAN4/ELAN1 output, the width of the 1×1 split
+    (``c3``) and of each branch (``c4``), in the order of the official YAML arguments.
+    """
+
+    stem: tuple[int, ...]  # widths of the two stride-2 3×3 convs (P1, P2)
+    p2_block: str  # "elan1" (T, S) or "rep_ncsp_elan4" (M, C)
+    p2: tuple[int, ...]  # (out, split, branch) of the P2 block
+    downsample: str  # "aconv" (T, S, M) or "adown" (C)
+    repeats: int  # RepNBottlenecks in every RepNCSP
+    backbone: tuple[tuple[int, ...], ...]  # per P3, P4, P5: (downsample width, out, split, branch)
+    spp: tuple[int, ...]  # SPPELAN (out, hidden)
+    neck_top_down: tuple[tuple[int, ...], ...]  # P4 then P3 block (out, split, branch)
+    neck_bottom_up: tuple[tuple[int, ...], ...]  # P4 then P5: (downsample width, out, split, branch)
+    pgi: str  # PGI auxiliary branch of this size: "auxiliary_neck" (T, S) or "reversible_backbone" (M, C)
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], where: str = "yolo9 config") -> "GELANSpec":
+        """Validate a registry ``config`` mapping; errors name the key and the expected form."""
+        expected = set(cls.__dataclass_fields__)
+        unknown, missing = set(config) - expected, expected - set(config)
+        if unknown or missing:
+            raise ValueError(
+                f"{where}: unknown keys {sorted(unknown)} / missing keys {sorted(missing)}; expected exactly {sorted(expected)}"
+            )
+        repeats = config["repeats"]
+        if not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"{where}: 'repeats' must be a positive integer, got {repeats!r}")
+        return cls(
+            stem=_int_tuple(config["stem"], 2, "stem", where),
+            p2_block=_choice(config["p2_block"], P2_BLOCKS, "p2_block", where),
+            p2=_int_tuple(config["p2"], 3, "p2", where),
+            downsample=_choice(config["downsample"], DOWNSAMPLERS, "downsample", where),
+            repeats=repeats,
+            backbone=_int_tuples(config["backbone"], 3, 4, "backbone", where),
+            spp=_int_tuple(config["spp"], 2, "spp", where),
+            neck_top_down=_int_tuples(config["neck_top_down"], 2, 3, "neck_top_down", where),
+            neck_bottom_up=_int_tuples(config["neck_bottom_up"], 2, 4, "neck_bottom_up", where),
+            pgi=_choice(config["pgi"], PGI_KINDS, "pgi", where),
+        )
+
+
+def _downsampler(kind: str, in_channels: int, out_channels: int) -> nn.Module:
+    return AConv(in_channels, out_channels) if kind == "aconv" else ADown(in_channels, out_channels)
+
+
+def _upsample(x: torch.Tensor) -> torch.Tensor:
+    return F.interpolate(x, scale_factor=2.0, mode="nearest")
+
+
+class GELANBackbone(nn.Module):
+    """Stem, P2 block and three (downsample → RepNCSPELAN4) stages; returns the P3, P4, P5 maps.
+
+    ``injectable=True`` builds PGI's auxiliary reversible backbone: after each downsample, routed
+    features of the main backbone are added (CBFuse) before the stage's block.
+    """
+
+    def __init__(self, spec: GELANSpec, in_channels: int = 3, *, injectable: bool = False) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            ConvNormAct(in_channels, spec.stem[0], 3, 2), ConvNormAct(spec.stem[0], spec.stem[1], 3, 2)
+        )
+        if spec.p2_block == "elan1":
+            self.p2_block: nn.Module = ELAN1(spec.stem[1], *spec.p2)
+        else:
+            self.p2_block = RepNCSPELAN4(spec.stem[1], *spec.p2, spec.repeats)
+        width = spec.p2[0]
+        self.downsamples, self.blocks = nn.ModuleList(), nn.ModuleList()
+        self.out_channels: list[int] = []
+        for down_width, out, split, branch in spec.backbone:
+            self.downsamples.append(_downsampler(spec.downsample, width, down_width))
+            self.blocks.append(RepNCSPELAN4(down_width, out, split, branch, spec.repeats))
+            self.out_channels.append(out)
+            width = out
+        self.fuse_injection = CBFuse() if injectable else None
+
+    def forward(self, images: torch.Tensor, injections: Sequence[Sequence[torch.Tensor]] | None = None) -> list[torch.Tensor]:
+        """P3, P4, P5 feature maps of ``images`` (``injections[level]``: pieces to fuse at that level)."""
+        x = self.p2_block(self.stem(images))
+        levels = []
+        for level, (downsample, block) in enumerate(zip(self.downsamples, self.blocks)):
+            x = downsample(x)
+            if injections is not None:
+                if self.fuse_injection is None:
+                    raise ValueError("this backbone was built without injectable=True; it cannot fuse routed features")
+                x = self.fuse_injection(injections[level], x)
+            x = block(x)
+            levels.append(x)
+        return levels
+
+
+class GELANTopDownPath(nn.Module):
+    """SPPELAN on P5, then upsample-concat-RepNCSPELAN4 into P4 and into P3.
+
+    Returns ``(P3, P4, P5)``, P5 being the SPPELAN output. The neck's first half, and on its own
+    (with its own weights) PGI's auxiliary branch of YOLOv9-T/S.
+    """
+
+    def __init__(self, spec: GELANSpec, backbone_channels: Sequence[int]) -> None:
+        super().__init__()
+        c3, c4, c5 = backbone_channels
+        spp_out, spp_hidden = spec.spp
+        (p4_out, p4_split, p4_branch), (p3_out, p3_split, p3_branch) = spec.neck_top_down
+        self.spp = SPPELAN(c5, spp_out, spp_hidden)
+        self.merge_p4 = RepNCSPELAN4(spp_out + c4, p4_out, p4_split, p4_branch, spec.repeats)
+        self.merge_p3 = RepNCSPELAN4(p4_out + c3, p3_out, p3_split, p3_branch, spec.repeats)
+        self.out_channels = [p3_out, p4_out, spp_out]
+
+    def forward(self, features: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Top-down maps (P3, P4, P5) from backbone maps (P3, P4, P5)."""
+        p3, p4, p5 = features
+        top5 = self.spp(p5)
+        top4 = self.merge_p4(torch.cat((_upsample(top5), p4), dim=1))
+        top3 = self.merge_p3(torch.cat((_upsample(top4), p3), dim=1))
+        return [top3, top4, top5]
+
+
+class GELANNeck(nn.Module):
+    """PAN neck: the top-down path, then downsample-concat-RepNCSPELAN4 back to P4 and P5."""
+
+    def __init__(self, spec: GELANSpec, backbone_channels: Sequence[int]) -> None:
+        super().__init__()
+        self.top_down = GELANTopDownPath(spec, backbone_channels)
+        t3, t4, t5 = self.top_down.out_channels
+        (d4, p4_out, p4_split, p4_branch), (d5, p5_out, p5_split, p5_branch) = spec.neck_bottom_up
+        self.down_p4 = _downsampler(spec.downsample, t3, d4)
+        self.merge_p4 = RepNCSPELAN4(d4 + t4, p4_out, p4_split, p4_branch, spec.repeats)
+        self.down_p5 = _downsampler(spec.downsample, p4_out, d5)
+        self.merge_p5 = RepNCSPELAN4(d5 + t5, p5_out, p5_split, p5_branch, spec.repeats)
+        self.out_channels = [t3, p4_out, p5_out]
+
+    def forward(self, features: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Head inputs (P3, P4, P5) from backbone maps (P3, P4, P5)."""
+        top3, top4, top5 = self.top_down(features)
+        out4 = self.merge_p4(torch.cat((self.down_p4(top3), top4), dim=1))
+        out5 = self.merge_p5(torch.cat((self.down_p5(out4), top5), dim=1))
+        return [top3, out4, out5]
+
+
+class ReversibleAuxiliaryBranch(nn.Module):
+    """PGI's multi-level reversible auxiliary branch (YOLOv9-M/C): CBLinear projections of the main
+    backbone's P3-P5, fused into a second GELAN backbone run on the image."""
+
+    def __init__(self, spec: GELANSpec, backbone_channels: Sequence[int]) -> None:
+        super().__init__()
+        fuse_widths = [down_width for down_width, *_ in spec.backbone]
+        # The main level i feeds every auxiliary level up to i, at that level's downsample width.
+        self.routers = nn.ModuleList(
+            CBLinear(channels, fuse_widths[: level + 1]) for level, channels in enumerate(backbone_channels)
+        )
+        self.backbone = GELANBackbone(spec, injectable=True)
+        self.out_channels = self.backbone.out_channels
+
+    def forward(self, images: torch.Tensor, backbone_features: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Auxiliary P3-P5 maps."""
+        routed = [router(feature) for router, feature in zip(self.routers, backbone_features)]
+        injections = [[pieces[level] for pieces in routed[level:]] for level in range(len(routed))]
+        return self.backbone(images, injections)
+
+
+class AuxiliaryTopDownBranch(nn.Module):
+    """PGI's auxiliary branch of YOLOv9-T/S: a second top-down path on the backbone's P3-P5."""
+
+    def __init__(self, spec: GELANSpec, backbone_channels: Sequence[int]) -> None:
+        super().__init__()
+        self.top_down = GELANTopDownPath(spec, backbone_channels)
+        self.out_channels = self.top_down.out_channels
+
+    def forward(self, images: torch.Tensor, backbone_features: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Auxiliary P3-P5 maps (``images`` unused; same signature as the reversible branch)."""
+        return self.top_down(backbone_features)
+
+
+class YOLOv9(nn.Module):
+    """The YOLOv9 detector (GELAN + decoupled DFL head), zoo's detection model contract.
+
+    - ``forward(images)`` (N×3×H×W in [0, 1], H and W multiples of 32) returns the head dict of
+      ``zoo_core.nn.detection_head`` (decoded ``boxes``/``scores`` added in eval mode; with PGI
+      in train mode, the auxiliary head's dict under ``"auxiliary"``).
+    - ``loss(outputs, batch)``: task-aligned assignment, BCE + CIoU + DFL with gains 7.5/0.5/1.5,
+      times the constant ``YOLO_NOMINAL_BATCH_SIZE`` (see zoo_core.losses.detection).
+    - ``postprocess(outputs, conf, iou, max_det)``: per-class NMS (torchvision ``batched_nms``).
+    """
+
+    def __init__(
+        self, num_classes: int, spec: GELANSpec, *, pgi: bool = False, loss_gains: DetectionLossGains | None = None
+    ) -> None:
+        super().__init__()
+        if num_classes < 1:
+            raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+        self.num_classes = num_classes
+        self.strides = STRIDES
+        self.max_stride = max(STRIDES)
+        self.reg_max = REG_MAX
+        self.backbone = GELANBackbone(spec)
+        self.neck = GELANNeck(spec, self.backbone.out_channels)
+        self.head = DecoupledDetectionHead(
+            num_classes, self.neck.out_channels, STRIDES, reg_max=REG_MAX, box_groups=BOX_BRANCH_GROUPS
+        )
+        self.auxiliary_branch: nn.Module | None = None
+        self.auxiliary_head: DecoupledDetectionHead | None = None
+        if pgi:
+            branch_type = AuxiliaryTopDownBranch if spec.pgi == "auxiliary_neck" else ReversibleAuxiliaryBranch
+            branch = branch_type(spec, self.backbone.out_channels)
+            self.auxiliary_branch = branch
+            self.auxiliary_head = DecoupledDetectionHead(
+                num_classes, branch.out_channels, STRIDES, reg_max=REG_MAX, box_groups=BOX_BRANCH_GROUPS
+            )
+        self.loss_gains = loss_gains or DetectionLossGains()
+        self.criterion = TaskAlignedDetectionLoss(
+            num_classes,
+            REG_MAX,
+            TaskAlignedAssigner(num_classes, top_k=ASSIGNER_TOP_K, alpha=ASSIGNER_ALPHA, beta=ASSIGNER_BETA),
+        )
+
+    @property
+    def has_auxiliary_branch(self) -> bool:
+        """Whether the PGI auxiliary branch is present (it only runs in train mode)."""
+        return self.auxiliary_branch is not None
+
+    def forward(self, images: torch.Tensor) -> dict[str, Any]:
+        """Dense predictions of ``images``; see the class docstring for the dict's keys."""
+        if images.dim() != 4 or images.shape[2] % self.max_stride or images.shape[3] % self.max_stride:
+            raise ValueError(
+                f"YOLOv9 takes N×3×H×W images with H and W multiples of {self.max_stride}, got {tuple(images.shape)}; "
+                "letterbox or resize the input"
+            )
+        features = self.backbone(images)
+        outputs: dict[str, Any] = self.head(self.neck(features))
+        if self.training and self.auxiliary_branch is not None and self.auxiliary_head is not None:
+            outputs["auxiliary"] = self.auxiliary_head(self.auxiliary_branch(images, features))
+        return outputs
+
+    def loss(self, outputs: Mapping[str, Any], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss, items)`` for a detection batch (``images``, ``targets`` M×6 in input pixels).
+
+        ``loss`` is the gained sum of the box, cls and dfl terms (each normalised by the local
+        batch's soft-target sum, clamped at 1 as in YOLO, so not growing with the batch size)
+        times the constant nominal batch 64 under which YOLO's published learning rates hold;
+        ``items`` are the gained terms. With PGI the auxiliary head's terms count 0.25.
+        """
+        batch_size = int(batch["images"].shape[0])
+        targets = batch["targets"]
+        terms = self.criterion(outputs, targets, batch_size)
+        if "auxiliary" in outputs:
+            terms = terms.plus(self.criterion(outputs["auxiliary"], targets, batch_size), weight=AUXILIARY_LOSS_WEIGHT)
+        weighted = terms.weighted(self.loss_gains)
+        items = {"box": weighted.box.detach(), "cls": weighted.cls.detach(), "dfl": weighted.dfl.detach()}
+        return weighted.total() * YOLO_NOMINAL_BATCH_SIZE, items
+
+    @torch.no_grad()
+    def postprocess(
+        self,
+        outputs: Mapping[str, Any],
+        conf: float = 0.25,
+        iou: float = 0.7,
+        max_det: int = 300,
+        *,
+        multi_label: bool = False,
+    ) -> list[dict[str, torch.Tensor]]:
+        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64)."""
+        if "boxes" in outputs and "scores" in outputs:
+            boxes, scores = outputs["boxes"], outputs["scores"]
+        else:
+            boxes, scores = decode_dense_predictions(dict(outputs), self.reg_max)
+        return dense_detections_nms(boxes, scores, conf, iou, max_det, multi_label=multi_label)
+
+    def drop_auxiliary_branch(self) -> "YOLOv9":
+        """Remove PGI's auxiliary branch and head: what remains is the published inference model."""
+        self.auxiliary_branch = None
+        self.auxiliary_head = None
+        return self
+
+    def fuse(self) -> "YOLOv9":
+        """Inference form: auxiliary branch dropped, RepConvN merged, BatchNorms folded (eval mode)."""
+        self.drop_auxiliary_branch()
+        fuse_for_inference(self)
+        return self
+
+
+def build_yolo9(request: BuildRequest) -> YOLOv9:
+    """The registry builder of ``yolo9``: ``request.config`` is the size's ``GELANSpec`` data.
+
+    Options: ``pgi`` (bool, default False) adds PGI's training-only auxiliary branch.
+    """
+    unknown = sorted(set(request.options) - set(BUILD_OPTIONS))
+    if unknown:
+        raise ValueError(f"yolo9 does not take the option(s) {unknown}; accepted options: {', '.join(BUILD_OPTIONS)}")
+    pgi = request.options.get("pgi", False)
+    if not isinstance(pgi, bool):
+        raise ValueError(f"yolo9 option pgi must be True or False, got {pgi!r}")
+    spec = GELANSpec.from_config(request.config, where=f"registry.yaml yolo9 size {request.size!r} config")
+    return YOLOv9(request.num_classes, spec, pgi=pgi)

@@ -1,0 +1,1 @@
+"""Losses shared by several families (one copy each, named for what they compute)."""

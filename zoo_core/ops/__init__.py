@@ -1,0 +1,1 @@
+"""Tensor operations shared by detection families: box arithmetic (``boxes``) and NMS (``nms``)."""
