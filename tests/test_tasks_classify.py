@@ -1,0 +1,85 @@
+"""Classification: class folders, bad images, top-1/top-5, prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from zoo_core.data.errors import DatasetError, DatasetWarning
+from zoo_core.tasks.base import AugmentSettings
+from zoo_core.tasks.classify import ClassifyTask
+from zoo_core.tasks.runner import predict, validate
+
+from .test_tasks_models import TinyClassifier, fake_libre
+
+
+def make_folders(root: Path, classes=("cat", "dog", "emu"), per_class: int = 2, splits=("train", "val")) -> Path:
+    rng = np.random.default_rng(0)
+    for split in splits:
+        for name in classes:
+            folder = root / split / name
+            folder.mkdir(parents=True)
+            for index in range(per_class):
+                Image.fromarray(rng.integers(0, 255, (20 + index, 24, 3), dtype=np.uint8)).save(folder / f"{index}.png")
+    return root
+
+
+def test_class_folders_give_sorted_names_and_dict_samples(tmp_path: Path):
+    task = ClassifyTask()
+    spec = task.prepare(make_folders(tmp_path / "d", classes=("emu", "cat", "dog")))
+    assert spec.names == {0: "cat", 1: "dog", 2: "emu"} and spec.test is None
+    dataset = task.dataset(spec, "val", 16, None)
+    assert len(dataset) == 6
+    batch = task.collate([dataset[0], dataset[5]])
+    assert batch["images"].shape == (2, 3, 16, 16) and batch["images"].dtype == torch.uint8
+    assert batch["labels"].tolist() == [0, 2] and batch["indices"].tolist() == [0, 5]
+    augmented = task.dataset(spec, "train", 16, AugmentSettings())[0]["image"]
+    assert augmented.shape == (3, 16, 16)
+
+
+def test_missing_split_unknown_class_and_unreadable_images(tmp_path: Path):
+    root = make_folders(tmp_path / "d")
+    with pytest.raises(DatasetError, match="not a directory"):
+        ClassifyTask().prepare(tmp_path / "absent")
+    (root / "val" / "yak").mkdir()
+    with pytest.raises(DatasetError, match="class folder not in train"):
+        ClassifyTask().dataset(ClassifyTask().prepare(root), "val", 16, None)
+    (root / "val" / "yak").rmdir()
+    (root / "train" / "cat" / "broken.jpg").write_bytes(b"\xff\xd8 not really")
+    with pytest.warns(DatasetWarning, match=r"cat/broken\.jpg: unreadable image"):
+        dataset = ClassifyTask().dataset(ClassifyTask().prepare(root), "train", 16, None)
+    assert len(dataset) == 6
+    empty = make_folders(tmp_path / "e", per_class=0)
+    with pytest.raises(DatasetError, match="no usable images"):
+        ClassifyTask().dataset(ClassifyTask().prepare(empty), "train", 16, None)
+
+
+def test_top1_and_top5_by_hand():
+    # six classes; three images whose true class ranks 1st, 3rd and 6th in the logits:
+    # top-1 = 1/3, top-5 = 2/3
+    logits = torch.tensor([[6.0, 5, 4, 3, 2, 1], [6.0, 5, 4, 3, 2, 1], [6.0, 5, 4, 3, 2, 1]])
+
+    class Fixed(torch.nn.Module):
+        def forward(self, images: torch.Tensor) -> torch.Tensor:
+            return logits[: len(images)]
+
+    batch = {"images": torch.zeros(3, 3, 4, 4, dtype=torch.uint8), "labels": torch.tensor([0, 2, 5]), "indices": torch.arange(3)}
+    metrics = ClassifyTask().validate(Fixed(), [batch], torch.device("cpu"), {i: str(i) for i in range(6)})
+    assert metrics == {"top1": pytest.approx(1 / 3), "top5": pytest.approx(2 / 3)}
+
+
+def test_runner_validates_and_predicts_probabilities(tmp_path: Path):
+    root = make_folders(tmp_path / "d", splits=("train", "val", "test"))
+    torch.manual_seed(0)
+    libre = fake_libre(TinyClassifier(3), "classify", {0: "cat", 1: "dog", 2: "emu"}, 16)
+    metrics = validate(libre, data=root, batch=4, device="cpu", workers=0, split="test")
+    assert set(metrics) == {"top1", "top5"} and metrics["top5"] == 1.0  # three classes: top-5 covers all
+    (result,) = predict(libre, root / "val" / "dog" / "0.png", save=True, device="cpu")
+    assert result.probs.shape == (3,) and float(result.probs.sum()) == pytest.approx(1.0, abs=1e-5)
+    assert result.top1 == result.top5[0] and len(result.top5) == 3
+    assert result.summary().startswith("0.png: ") and result.save_path == Path("runs/classify/predict/0.png")
+    assert result.to_dict()["top1_name"] in ("cat", "dog", "emu")

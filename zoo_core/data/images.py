@@ -1,0 +1,236 @@
+"""Finding, checking and reading images, and turning a ``predict`` source into images.
+
+Images travel as uint8 tensors ``3×H×W`` (RGB, EXIF orientation applied) from the dataset to the
+collate function; ``Task.preprocess`` converts them to floats on the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable
+
+from zoo_core.data.errors import DatasetError, ProblemReport
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "IMAGE_SUFFIXES",
+    "SourceImage",
+    "is_image_file",
+    "images_in_directory",
+    "images_from_entry",
+    "inspect_image",
+    "usable_images",
+    "read_image",
+    "load_sources",
+]
+
+IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+_EXIF_ORIENTATION_TAG = 0x0112
+_TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
+
+
+def is_image_file(path: Path) -> bool:
+    """Whether ``path`` has one of ``IMAGE_SUFFIXES`` (case-insensitive) and is not hidden."""
+    return path.suffix.lower() in IMAGE_SUFFIXES and not path.name.startswith(".")
+
+
+def images_in_directory(directory: Path, recursive: bool = True) -> list[Path]:
+    """The image files under ``directory`` (sorted, hidden files and folders skipped)."""
+    candidates = directory.rglob("*") if recursive else directory.iterdir()
+    found = []
+    for path in candidates:
+        relative = path.relative_to(directory)
+        if any(part.startswith(".") for part in relative.parts):
+            continue
+        if path.is_file() and is_image_file(path):
+            found.append(path)
+    return sorted(found)
+
+
+def images_from_entry(entry: Path, report: ProblemReport) -> list[Path]:
+    """Images named by one split entry: a folder (searched recursively), a ``.txt`` list, or one image.
+
+    In a list file, each non-empty line is an image path; relative paths are relative to the
+    list file's folder (``./images/a.jpg`` style). Missing listed files are reported with the
+    list file and line and skipped.
+    """
+    if entry.is_dir():
+        return images_in_directory(entry)
+    if entry.is_file() and entry.suffix.lower() == ".txt":
+        images = []
+        for number, text in enumerate(entry.read_text(encoding="utf-8").splitlines(), start=1):
+            text = text.strip()
+            if not text or text.startswith("#"):
+                continue
+            path = Path(text).expanduser()
+            if not path.is_absolute():
+                path = entry.parent / path
+            if not path.is_file():
+                report.add(entry, f"listed image {text!r} does not exist", line=number)
+            elif not is_image_file(path):
+                report.add(entry, f"listed file {text!r} is not an image ({', '.join(IMAGE_SUFFIXES)})", line=number)
+            else:
+                images.append(path)
+        return images
+    if entry.is_file() and is_image_file(entry):
+        return [entry]
+    if entry.exists():
+        raise DatasetError(f"{entry}: not an image folder, a .txt list of images, or an image file")
+    raise DatasetError(f"{entry} does not exist; check the path (relative paths are relative to the dataset root)")
+
+
+def inspect_image(path: Path) -> tuple[int, int] | str:
+    """``(height, width)`` as displayed (EXIF orientation applied), or the reason it cannot be read.
+
+    Reads headers and checks integrity cheaply: PIL's ``verify()`` (PNG chunk checksums and
+    structure) and, for JPEG, the end-of-image marker a truncated file lacks.
+    """
+    from PIL import Image
+
+    try:
+        with Image.open(path) as image:
+            image.verify()  # must come straight after open; the file is reopened below
+        with Image.open(path) as image:
+            image_format = image.format
+            width, height = image.size
+            orientation = image.getexif().get(_EXIF_ORIENTATION_TAG, 1)
+        if image_format == "JPEG":
+            with open(path, "rb") as handle:
+                handle.seek(-2, 2)
+                if handle.read(2) != b"\xff\xd9":
+                    return "truncated JPEG (no end-of-image marker)"
+    except Exception as error:  # PIL raises many types (OSError, SyntaxError, ValueError...) for bad files
+        return f"unreadable image ({type(error).__name__}: {error})"
+    if width < 1 or height < 1:
+        return f"empty image ({width}×{height})"
+    if orientation in _TRANSPOSING_ORIENTATIONS:
+        width, height = height, width
+    return height, width
+
+
+def usable_images(paths: Iterable[Path], report: ProblemReport) -> list[tuple[Path, tuple[int, int]]]:
+    """The images of ``paths`` that can be read, with their ``(height, width)``; the others are reported.
+
+    Duplicates are dropped (first occurrence kept). Headers are checked on a few threads: the
+    work is file I/O and decoding in C, which releases the GIL.
+    """
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    unique = list(dict.fromkeys(paths))
+    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
+        outcomes = list(pool.map(inspect_image, unique, chunksize=64))
+    usable = []
+    for path, outcome in zip(unique, outcomes):
+        if isinstance(outcome, str):
+            report.add(path, f"{outcome}; skipped")
+        else:
+            usable.append((path, outcome))
+    return usable
+
+
+def read_image(path: str | Path) -> "torch.Tensor":
+    """The image at ``path`` as a uint8 RGB tensor ``3×H×W`` (EXIF orientation applied).
+
+    Decoded with PIL (torchvision's decoders are deprecated from 0.29 on). Raises
+    ``DatasetError`` naming the file when it cannot be decoded.
+    """
+    import numpy as np
+    import torch
+    from PIL import Image, ImageOps
+
+    path = Path(path)
+    try:
+        with Image.open(path) as pil_image:
+            pil_image = ImageOps.exif_transpose(pil_image)
+            if pil_image.mode in ("I;16", "I;16B", "I"):  # 16-bit: scale to 8 bits rather than clip
+                pil_image = Image.fromarray((np.asarray(pil_image, dtype=np.float32) / 257.0).round().astype(np.uint8))
+            array = np.array(pil_image.convert("RGB"))
+    except Exception as error:  # PIL raises many types (OSError, SyntaxError, ValueError...) for bad files
+        raise DatasetError(f"{path}: cannot decode image ({type(error).__name__}: {error}); remove or replace the file") from error
+    return torch.from_numpy(array).permute(2, 0, 1).contiguous()
+
+
+@dataclass
+class SourceImage:
+    """One image to predict on: pixels (uint8 ``3×H×W`` RGB), its file (if any) and a display name."""
+
+    image: "torch.Tensor"
+    path: Path | None
+    name: str
+
+
+def _array_to_tensor(array: Any, name: str) -> "torch.Tensor":
+    import numpy as np
+    import torch
+
+    array = np.asarray(array)
+    if array.ndim == 2:
+        array = np.repeat(array[:, :, None], 3, axis=2)
+    if array.ndim != 3 or array.shape[2] not in (1, 3, 4):
+        raise ValueError(f"{name}: expected an H×W×3 (RGB) or H×W array, got shape {array.shape}")
+    if array.shape[2] == 1:
+        array = np.repeat(array, 3, axis=2)
+    if array.shape[2] == 4:
+        array = array[:, :, :3]
+    if array.dtype != np.uint8:
+        raise ValueError(f"{name}: expected a uint8 array (0-255), got {array.dtype}; convert with array.astype('uint8')")
+    return torch.from_numpy(np.array(array)).permute(2, 0, 1).contiguous()
+
+
+def _expand_source(item: Any, position: int) -> Iterable[SourceImage]:
+    import torch
+
+    if isinstance(item, (str, Path)):
+        path = Path(item).expanduser()
+        if path.is_dir():
+            paths = images_in_directory(path, recursive=False)
+            if not paths:
+                raise DatasetError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) in this folder")
+        elif path.is_file():
+            paths = [path]
+        elif any(character in str(item) for character in "*?["):
+            import glob
+
+            paths = sorted(Path(candidate) for candidate in glob.glob(str(path), recursive=True) if is_image_file(Path(candidate)))
+            if not paths:
+                raise DatasetError(f"{item!r}: the pattern matches no image")
+        else:
+            raise DatasetError(f"predict source {str(item)!r} does not exist; give an image file, a folder or a glob")
+        for found in paths:
+            yield SourceImage(read_image(found), found, found.name)
+        return
+    name = f"image{position}"
+    if isinstance(item, torch.Tensor):
+        if item.dim() != 3 or item.shape[0] != 3 or item.dtype != torch.uint8:
+            raise ValueError(f"{name}: a tensor source must be uint8 3×H×W (RGB), got {item.dtype} {tuple(item.shape)}")
+        yield SourceImage(item.contiguous(), None, name)
+        return
+    try:
+        from PIL import Image
+    except ImportError:  # pragma: no cover - pillow is a dependency
+        Image = None
+    if Image is not None and isinstance(item, Image.Image):
+        yield SourceImage(_array_to_tensor(item.convert("RGB"), name), None, name)
+        return
+    if hasattr(item, "__array__"):
+        yield SourceImage(_array_to_tensor(item, name), None, name)
+        return
+    raise TypeError(
+        f"unsupported predict source {type(item).__name__}; give a path, a folder, a glob, a PIL image, "
+        "a uint8 H×W×3 RGB numpy array, a uint8 3×H×W tensor, or a list of them"
+    )
+
+
+def load_sources(source: Any) -> list[SourceImage]:
+    """Every image of a ``predict`` source: a path, folder, glob, PIL image, RGB array, tensor, or a list of them."""
+    items = list(source) if isinstance(source, (list, tuple)) else [source]
+    images: list[SourceImage] = []
+    for position, item in enumerate(items):
+        images.extend(_expand_source(item, position))
+    if not images:
+        raise DatasetError("predict got no image; give an image file, a folder, a PIL image or an array")
+    return images

@@ -1,0 +1,340 @@
+"""``shapes``: a built-in, offline, deterministic synthetic dataset for every task.
+
+Each scene is a textured background (a colour gradient with stripes, a checkerboard or blotches,
+plus sensor-like noise) with 1-4 objects of the classes ``circle``, ``square``, ``triangle`` and
+``cross`` in varied sizes, colours, rotations and positions, overlapping a little (every object
+keeps at least 60% of its pixels visible). Boxes are the exact extent of each object's visible
+pixels; the semantic mask is the exact class of every pixel.
+
+The dataset is written once into the cache, ``$ZOO_HOME/datasets/<name>/``, in the standard
+on-disk formats, so the ordinary loaders read it::
+
+    images/{train,val}/000000.png          RGB scenes
+    labels/{train,val}/000000.txt          YOLO labels: class cx cy w h (normalised)
+    masks/{train,val}/000000.png           class index per pixel (0 = background)
+    classify/{train,val}/<class>/*.png     one crop per object
+    detect.yaml  semantic.yaml  restore.yaml  shapes.json
+
+Spelling: ``data="shapes"`` (the default size) or ``"shapes:train=256,val=64,size=192,seed=3"``
+(any subset of the keys); ``shapes(num_train=..., ...)`` returns that string from Python.
+Generation writes into a private temporary folder beside the target and renames it into place,
+so two processes generating at once both end up using one complete copy (DESIGN.md E17).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from zoo_core.data.errors import DatasetError
+from zoo_core.paths import zoo_home
+
+__all__ = [
+    "SHAPES_CLASSES",
+    "GENERATOR_VERSION",
+    "ShapesConfig",
+    "Scene",
+    "shapes",
+    "parse_shapes",
+    "render_scene",
+    "write_shapes",
+    "materialize_shapes",
+]
+
+SHAPES_CLASSES = ("circle", "square", "triangle", "cross")
+# Bump when the rendering changes, so caches written by an older generator are not reused.
+GENERATOR_VERSION = 1
+_SPLIT_CODES = {"train": 0, "val": 1}
+_SPELLING_KEYS = {"train": "num_train", "val": "num_val", "size": "image_size", "seed": "seed"}
+_MIN_VISIBLE_FRACTION = 0.6
+_MIN_IMAGE_SIZE = 32
+_DEFAULT_DEGRADATION = {"scale": 2, "noise": 15.0}
+
+
+@dataclass(frozen=True)
+class ShapesConfig:
+    """How many scenes of which size and seed; the defaults train a tiny model in about a minute on a CPU."""
+
+    num_train: int = 128
+    num_val: int = 32
+    image_size: int = 160
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for field_name in ("num_train", "num_val"):
+            value = getattr(self, field_name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise DatasetError(f"shapes: {field_name} must be a positive integer, got {value!r}")
+        if not isinstance(self.image_size, int) or self.image_size < _MIN_IMAGE_SIZE:
+            raise DatasetError(f"shapes: image_size must be an integer >= {_MIN_IMAGE_SIZE}, got {self.image_size!r}")
+        if not isinstance(self.seed, int) or self.seed < 0:
+            raise DatasetError(f"shapes: seed must be a non-negative integer, got {self.seed!r}")
+
+    @property
+    def directory_name(self) -> str:
+        """The cache folder name; it encodes every parameter and the generator version."""
+        return f"shapes-v{GENERATOR_VERSION}-train{self.num_train}-val{self.num_val}-size{self.image_size}-seed{self.seed}"
+
+    @property
+    def spelling(self) -> str:
+        """The ``data=`` string that names this configuration."""
+        return f"shapes:train={self.num_train},val={self.num_val},size={self.image_size},seed={self.seed}"
+
+
+def shapes(num_train: int = 128, num_val: int = 32, image_size: int = 160, seed: int = 0) -> str:
+    """The ``data=`` string for a ``shapes`` dataset of these parameters (validated now)."""
+    return ShapesConfig(num_train=num_train, num_val=num_val, image_size=image_size, seed=seed).spelling
+
+
+def parse_shapes(data: Any) -> ShapesConfig | None:
+    """The ``ShapesConfig`` that ``data`` spells (``"shapes"`` or ``"shapes:key=value,..."``), else ``None``.
+
+    Only strings are read as built-in names; a ``Path`` always means a path on disk (pass
+    ``"./shapes"`` to use a local folder called ``shapes``).
+    """
+    if not isinstance(data, str):
+        return None
+    text = data.strip()
+    if text.lower() == "shapes":
+        return ShapesConfig()
+    if not text.lower().startswith("shapes:"):
+        return None
+    values: dict[str, int] = {}
+    for item in filter(None, (part.strip() for part in text.split(":", 1)[1].split(","))):
+        key, separator, value = item.partition("=")
+        key = key.strip().lower()
+        if not separator or key not in _SPELLING_KEYS:
+            raise DatasetError(
+                f"shapes spelling {data!r}: unknown item {item!r}; use key=value with keys "
+                f"{', '.join(_SPELLING_KEYS)}, e.g. 'shapes:train=128,val=32,size=160,seed=0'"
+            )
+        try:
+            values[_SPELLING_KEYS[key]] = int(value.strip())
+        except ValueError:
+            raise DatasetError(f"shapes spelling {data!r}: {key} must be an integer, got {value.strip()!r}") from None
+    return ShapesConfig(**values)
+
+
+@dataclass
+class Scene:
+    """One rendered scene: RGB pixels, the class map (0 = background, c + 1 = class c) and the objects."""
+
+    image: np.ndarray  # H×W×3 uint8
+    class_map: np.ndarray  # H×W uint8
+    classes: list[int]
+    boxes: list[tuple[int, int, int, int]]  # x1, y1, x2, y2 pixel edges of the visible pixels
+
+
+def _background(rng: np.random.Generator, size: int) -> np.ndarray:
+    """A colour gradient with one texture (none, stripes, checkerboard or blotches), float H×W×3."""
+    ys, xs = np.mgrid[0:size, 0:size].astype(np.float32) / size
+    start, end = rng.uniform(30, 225, 3), rng.uniform(30, 225, 3)
+    angle = rng.uniform(0, 2 * math.pi)
+    ramp = xs * math.cos(angle) + ys * math.sin(angle)
+    ramp = (ramp - ramp.min()) / max(float(np.ptp(ramp)), 1e-6)
+    background = start + (end - start) * ramp[..., None]
+    texture = int(rng.integers(0, 4))
+    if texture == 1:
+        frequency, direction = rng.uniform(4, 14), rng.uniform(0, math.pi)
+        wave = np.sin(2 * math.pi * frequency * (xs * math.cos(direction) + ys * math.sin(direction)))
+        background += rng.uniform(8, 20) * wave[..., None]
+    elif texture == 2:
+        cell = int(rng.integers(6, 20))
+        pixel = np.arange(size) // cell
+        checker = ((pixel[:, None] + pixel[None, :]) % 2) * 2.0 - 1.0
+        background += rng.uniform(6, 16) * checker[..., None]
+    elif texture == 3:
+        grid = rng.normal(0, 1, (6, 6, 3))
+        from PIL import Image
+
+        channels = [np.asarray(Image.fromarray(grid[..., c].astype(np.float32), mode="F").resize((size, size), Image.BICUBIC)) for c in range(3)]
+        background += rng.uniform(8, 18) * np.stack(channels, axis=-1)
+    return background
+
+
+def _rotated(points: np.ndarray, angle: float, centre: tuple[float, float]) -> list[tuple[float, float]]:
+    cosine, sine = math.cos(angle), math.sin(angle)
+    rotation = np.array([[cosine, -sine], [sine, cosine]])
+    moved = points @ rotation.T + np.asarray(centre)
+    return [(float(x), float(y)) for x, y in moved]
+
+
+def _shape_mask(class_id: int, size: int, centre: tuple[float, float], extent: float, angle: float) -> np.ndarray:
+    """The boolean mask of one shape (``extent``: its nominal width in pixels)."""
+    from PIL import Image, ImageDraw
+
+    canvas = Image.new("L", (size, size), 0)
+    draw = ImageDraw.Draw(canvas)
+    half = extent / 2
+    name = SHAPES_CLASSES[class_id]
+    if name == "circle":
+        x, y = centre
+        draw.ellipse([x - half, y - half, x + half, y + half], fill=1)
+    elif name == "square":
+        corners = np.array([[-half, -half], [half, -half], [half, half], [-half, half]])
+        draw.polygon(_rotated(corners, angle, centre), fill=1)
+    elif name == "triangle":
+        radius = extent / math.sqrt(3) * 1.15
+        corners = np.array([[radius * math.cos(a), radius * math.sin(a)] for a in (-math.pi / 2, math.pi / 6, 5 * math.pi / 6)])
+        draw.polygon(_rotated(corners, angle, centre), fill=1)
+    else:  # cross: a plus sign whose arms are a third of its width
+        arm = extent / 6
+        outline = np.array(
+            [[-arm, -half], [arm, -half], [arm, -arm], [half, -arm], [half, arm], [arm, arm],
+             [arm, half], [-arm, half], [-arm, arm], [-half, arm], [-half, -arm], [-arm, -arm]]
+        )
+        draw.polygon(_rotated(outline, angle, centre), fill=1)
+    return np.asarray(canvas, dtype=bool)
+
+
+def _distinct_colour(rng: np.random.Generator, under: np.ndarray) -> np.ndarray:
+    """Of a few random colours, the one farthest from the mean background colour ``under``."""
+    candidates = rng.uniform(0, 255, (8, 3))
+    distances = np.linalg.norm(candidates - under, axis=1)
+    return candidates[int(np.argmax(distances))]
+
+
+def render_scene(rng: np.random.Generator, size: int) -> Scene:
+    """Render one scene from ``rng`` (same generator state -> same scene, byte for byte)."""
+    background = _background(rng, size)
+    image = background.copy()
+    owner = np.full((size, size), -1, dtype=np.int16)
+    full_areas: list[int] = []
+    classes: list[int] = []
+    wanted = int(rng.integers(1, 5))
+    for _ in range(wanted):
+        for _attempt in range(30):
+            class_id = int(rng.integers(0, len(SHAPES_CLASSES)))
+            extent = rng.uniform(0.18, 0.42) * size
+            reach = extent * 0.75  # radius that contains the shape at any rotation
+            centre = (rng.uniform(reach, size - reach), rng.uniform(reach, size - reach))
+            angle = rng.uniform(0, 2 * math.pi) if SHAPES_CLASSES[class_id] == "triangle" else rng.uniform(-0.35, 0.35)
+            mask = _shape_mask(class_id, size, centre, extent, angle)
+            area = int(mask.sum())
+            if area < 16:
+                continue
+            hidden_too_much = any(
+                int(((owner == other) & ~mask).sum()) < _MIN_VISIBLE_FRACTION * full_areas[other]
+                for other in range(len(classes))
+            )
+            if hidden_too_much:
+                continue
+            colour = _distinct_colour(rng, background[mask].mean(axis=0))
+            image[mask] = colour
+            owner[mask] = len(classes)
+            full_areas.append(area)
+            classes.append(class_id)
+            break
+    noise = rng.normal(0, rng.uniform(2, 7), image.shape)
+    pixels = np.clip(np.rint(image + noise), 0, 255).astype(np.uint8)
+    class_map = np.zeros((size, size), dtype=np.uint8)
+    boxes = []
+    for index, class_id in enumerate(classes):
+        visible = owner == index
+        class_map[visible] = class_id + 1
+        rows, columns = np.nonzero(visible)
+        boxes.append((int(columns.min()), int(rows.min()), int(columns.max()) + 1, int(rows.max()) + 1))
+    return Scene(image=pixels, class_map=class_map, classes=classes, boxes=boxes)
+
+
+def _crop_box(box: tuple[int, int, int, int], size: int) -> tuple[int, int, int, int]:
+    """A square around ``box`` with a margin, clipped to the image."""
+    x1, y1, x2, y2 = box
+    side = max(x2 - x1, y2 - y1) * 1.2
+    centre_x, centre_y = (x1 + x2) / 2, (y1 + y2) / 2
+    left, top = max(int(round(centre_x - side / 2)), 0), max(int(round(centre_y - side / 2)), 0)
+    right, bottom = min(int(round(centre_x + side / 2)), size), min(int(round(centre_y + side / 2)), size)
+    return left, top, right, bottom
+
+
+def _write_yaml(path: Path, content: dict[str, Any]) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
+
+
+def write_shapes(config: ShapesConfig, root: Path) -> None:
+    """Render every scene of ``config`` into ``root`` (an empty folder) in the on-disk formats."""
+    from PIL import Image
+
+    size = config.image_size
+    for split, count in (("train", config.num_train), ("val", config.num_val)):
+        for kind in ("images", "labels", "masks"):
+            (root / kind / split).mkdir(parents=True)
+        for name in SHAPES_CLASSES:
+            (root / "classify" / split / name).mkdir(parents=True)
+        for index in range(count):
+            scene = render_scene(np.random.default_rng([config.seed, _SPLIT_CODES[split], index]), size)
+            stem = f"{index:06d}"
+            Image.fromarray(scene.image).save(root / "images" / split / f"{stem}.png", compress_level=1)
+            Image.fromarray(scene.class_map).save(root / "masks" / split / f"{stem}.png", compress_level=1)
+            lines = []
+            for object_index, (class_id, box) in enumerate(zip(scene.classes, scene.boxes)):
+                x1, y1, x2, y2 = box
+                lines.append(f"{class_id} {(x1 + x2) / 2 / size:.6f} {(y1 + y2) / 2 / size:.6f} {(x2 - x1) / size:.6f} {(y2 - y1) / size:.6f}")
+                left, top, right, bottom = _crop_box(box, size)
+                crop = Image.fromarray(scene.image[top:bottom, left:right])
+                crop.save(root / "classify" / split / SHAPES_CLASSES[class_id] / f"{stem}_{object_index}.png", compress_level=1)
+            (root / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+    detection_names = dict(enumerate(SHAPES_CLASSES))
+    _write_yaml(root / "detect.yaml", {"path": ".", "train": "images/train", "val": "images/val", "names": detection_names})
+    _write_yaml(
+        root / "semantic.yaml",
+        {
+            "path": ".",
+            "train": {"images": "images/train", "masks": "masks/train"},
+            "val": {"images": "images/val", "masks": "masks/val"},
+            "names": {0: "background", **{index + 1: name for index, name in enumerate(SHAPES_CLASSES)}},
+            "ignore_index": 255,
+        },
+    )
+    _write_yaml(
+        root / "restore.yaml",
+        {"path": ".", "train": "images/train", "val": "images/val", "degradation": dict(_DEFAULT_DEGRADATION)},
+    )
+    (root / "shapes.json").write_text(
+        json.dumps({"generator_version": GENERATOR_VERSION, "classes": list(SHAPES_CLASSES), **asdict(config)}, indent=2) + "\n",
+        encoding="utf-8",
+    )
+
+
+def materialize_shapes(config: ShapesConfig | str | None = None, cache: Path | None = None) -> Path:
+    """The folder of the ``shapes`` dataset ``config``, generated into the cache if missing.
+
+    Safe when several processes call it at once: each generates into a private temporary
+    folder beside the target and renames it into place; a process whose rename loses the race
+    deletes its copy and uses the winner's. An existing folder is complete by construction.
+    """
+    if config is None:
+        config = ShapesConfig()
+    elif isinstance(config, str):
+        parsed = parse_shapes(config)
+        if parsed is None:
+            raise DatasetError(f"{config!r} does not name the shapes dataset; use 'shapes' or 'shapes:train=...,val=...'")
+        config = parsed
+    parent = (cache or zoo_home()) / "datasets"
+    target = parent / config.directory_name
+    if target.is_dir():
+        return target
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{config.directory_name}.", dir=parent))
+    try:
+        write_shapes(config, staging)
+        try:
+            os.rename(staging, target)
+        except OSError:
+            if not target.is_dir():
+                raise
+            # another process finished first: its copy is complete, ours is redundant
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target

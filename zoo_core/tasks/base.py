@@ -1,0 +1,204 @@
+"""The contract between the engine, a task and a family.
+
+The trainer (zoo_core/engine) knows no task: it asks the ``Task`` for datasets, batches, the
+loss and validation metrics. A task knows no family: it relies on the model contract below.
+A family plugin supplies the model (and its loss where the task's default does not fit).
+
+Batches are dicts. Every task puts the network input under ``"images"`` (float, N×3×H×W, on
+the device after ``Task.preprocess``). After ``preprocess`` the keys are:
+
+- classify: ``images`` (ImageNet-normalised), ``labels`` (N, int64).
+- detect: ``images`` (letterboxed, in [0, 1]), ``targets`` (M×6 float: image index in the batch,
+  class, x1, y1, x2, y2 in input pixels), plus per-image ``orig_shapes`` (list of ``(h, w)``),
+  ``ratio_pads`` (list of ``((ratio_x, ratio_y), (pad_left, pad_top))``: original pixel ``x``
+  lands at ``x * ratio_x + pad_left``) and ``paths`` (list of str).
+- semantic: ``images`` (ImageNet-normalised), ``masks`` (N×H×W int64, class index per pixel),
+  ``ignore_index`` (int; pixels with that value are excluded from loss and metric).
+- restore: ``images`` (degraded, in [0, 1]), ``targets`` (the clean images, same size, in [0, 1]).
+
+Every task's batch also carries ``indices`` (N, int64): each sample's index in its dataset.
+Validation uses it to put per-sample metric states from all ranks back in dataset order, so a
+sharded validation computes exactly what one process computes.
+
+Model contract (what ``build_model`` must return, per task):
+
+- every task: ``model(images)`` returns the raw outputs; ``model.train()``/``model.eval()``
+  may change what is returned (auxiliary heads in training only).
+- ``model.loss(outputs, batch) -> (loss, items)``, optional except for detection: ``loss`` is
+  the scalar to back-propagate and ``items`` maps names to detached scalars for logging. The
+  loss is normalised per sample (a mean over the local batch, never scaled by the local batch
+  size or the world size): DDP averages gradients, so two ranks at batch B/2 then equal one
+  process at batch B (DESIGN.md E6). A constant gain is allowed. Without ``model.loss`` the
+  task's default loss is used.
+- detection also needs ``model.postprocess(outputs, conf, iou, max_det)`` on eval outputs,
+  returning one dict per image with ``boxes`` (n×4 xyxy in input pixels), ``scores`` (n) and
+  ``labels`` (n, int64).
+- semantic: in eval mode ``model(images)`` returns logits N×C×H×W at the input resolution.
+- restore: ``model(images)`` returns the restored images N×3×H×W (same size as the input).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Mapping
+
+from zoo_core.errors import ZooError
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Dataset
+
+    from zoo_core.data.images import SourceImage
+    from zoo_core.tasks.results import Result
+
+__all__ = ["DataSpec", "AugmentSettings", "Task", "ModelContractError", "move_to_device", "unwrap_model"]
+
+
+class ModelContractError(ZooError, TypeError):
+    """A model that does not fulfil its task's contract (a missing ``loss``/``postprocess``, wrong output)."""
+
+
+@dataclass
+class DataSpec:
+    """A dataset resolved to files on disk by ``Task.prepare``.
+
+    ``train``, ``val`` and (when the dataset has one) ``test`` are whatever the task's loader
+    reads (directories, list files); ``extra`` holds task-specific settings read from the
+    dataset (``ignore_index``, a degradation recipe...). It must pickle: spawned workers
+    receive it.
+    """
+
+    task: str
+    root: Path
+    names: dict[int, str]
+    train: Any
+    val: Any
+    extra: dict[str, Any] = field(default_factory=dict)
+    test: Any = None
+
+    @property
+    def num_classes(self) -> int:
+        """Number of classes (0 for restoration)."""
+        return len(self.names)
+
+    def split(self, name: str) -> Any:
+        """The source of split ``name`` (``train``, ``val`` or ``test``); ``DatasetError`` if absent."""
+        from zoo_core.data.errors import DatasetError
+
+        if name not in ("train", "val", "test"):
+            raise ValueError(f"unknown split {name!r}; use 'train', 'val' or 'test'")
+        source = getattr(self, name)
+        if source is None:
+            raise DatasetError(f"the dataset at {self.root} has no {name!r} split; use split='val' or add one")
+        return source
+
+
+@dataclass
+class AugmentSettings:
+    """Training augmentation switches and strengths (fractions and probabilities).
+
+    ``enabled=False`` turns every random transform off (validation, and equivalence tests).
+    Each task applies the ones that make sense for it.
+    """
+
+    enabled: bool = True
+    hsv_h: float = 0.015
+    hsv_s: float = 0.7
+    hsv_v: float = 0.4
+    degrees: float = 0.0
+    translate: float = 0.1
+    scale: float = 0.5
+    fliplr: float = 0.5
+    mosaic: float = 1.0
+
+
+def unwrap_model(model: "torch.nn.Module") -> "torch.nn.Module":
+    """The model inside a DDP (or DataParallel) wrapper, where family methods such as ``postprocess`` live."""
+    return getattr(model, "module", model)
+
+
+def move_to_device(batch: Mapping[str, Any], device: "torch.device") -> dict[str, Any]:
+    """Copy every tensor of ``batch`` to ``device`` (non-blocking from pinned memory)."""
+    import torch
+
+    return {
+        key: value.to(device, non_blocking=True) if isinstance(value, torch.Tensor) else value
+        for key, value in batch.items()
+    }
+
+
+class Task(abc.ABC):
+    """Everything that is the same for every family of one task.
+
+    Randomness (augmentation) must come only from Python's ``random``, NumPy's global RNG or
+    torch's global RNG: the engine seeds those per rank and per epoch (DESIGN.md E10), and
+    DataLoader workers are seeded from them.
+    """
+
+    name: ClassVar[str]
+    fitness_metric: ClassVar[str]  # the metric that chooses best.pt (higher is better)
+
+    @abc.abstractmethod
+    def prepare(self, data: str | Path) -> DataSpec:
+        """Resolve ``data`` (a built-in name such as ``"shapes"``, a YAML file, a folder).
+
+        Generates built-in datasets into ``ZOO_HOME`` when missing. The engine calls this on
+        rank 0 (or in the parent before spawning) while other ranks wait (E17); it must be
+        idempotent and safe against a concurrent second process. Bad input raises a clear
+        error naming the path and the fix; nothing under the user's data is modified.
+        """
+
+    @abc.abstractmethod
+    def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> "Dataset":
+        """The ``"train"`` or ``"val"`` dataset at ``image_size`` (``augment=None``: deterministic)."""
+
+    @abc.abstractmethod
+    def collate(self, samples: list[Any]) -> dict[str, Any]:
+        """Stack dataset samples into a batch dict (CPU tensors; ``"images"`` may stay uint8)."""
+
+    @abc.abstractmethod
+    def preprocess(self, batch: Mapping[str, Any], device: "torch.device") -> dict[str, Any]:
+        """Move a collated batch to ``device`` and normalise ``"images"`` to the model's float input."""
+
+    @abc.abstractmethod
+    def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple["torch.Tensor", dict[str, "torch.Tensor"]]:
+        """The task's loss for models that define no ``loss`` method."""
+
+    def loss(self, model: "torch.nn.Module", outputs: Any, batch: Mapping[str, Any]) -> tuple["torch.Tensor", dict[str, "torch.Tensor"]]:
+        """``model.loss`` when the (unwrapped) model defines one, else ``default_loss``."""
+        model_loss = getattr(model, "loss", None)
+        if callable(model_loss):
+            return model_loss(outputs, batch)
+        return self.default_loss(outputs, batch)
+
+    @abc.abstractmethod
+    def validate(self, model: "torch.nn.Module", loader: Any, device: "torch.device", names: Mapping[int, str]) -> dict[str, float]:
+        """Run ``model`` (already in eval mode) over ``loader`` and return the task's metrics.
+
+        Under DDP every rank calls this with its own shard of the validation set; the metrics
+        are synchronised across ranks, so every rank returns the numbers one process would
+        compute over the whole set. The result includes ``fitness_metric``.
+        """
+
+    @abc.abstractmethod
+    def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
+        """A synthetic collated batch (for autobatch memory probes and benchmarks)."""
+
+    @abc.abstractmethod
+    def predict(
+        self,
+        model: "torch.nn.Module",
+        sources: "list[SourceImage]",
+        device: "torch.device",
+        image_size: int,
+        names: Mapping[int, str],
+        conf: float = 0.25,
+        iou: float = 0.7,
+        max_det: int = 300,
+    ) -> "list[Result]":
+        """Run ``model`` (in eval mode) on each source image; results are in original-image coordinates.
+
+        ``conf``, ``iou`` and ``max_det`` matter to detection only (the family's ``postprocess``).
+        """

@@ -1,0 +1,185 @@
+"""Classification: one folder per class, top-1/top-5 accuracy.
+
+Dataset format (what torchvision's ImageFolder reads), or ``"shapes"`` (object crops)::
+
+    root/train/<class name>/*.jpg|png...
+    root/val/<class name>/*.jpg|png...
+    root/test/<class name>/...          (optional)
+
+Class indices follow the sorted class folder names of ``train/``. Unreadable images are skipped
+with a ``DatasetWarning``. Batches: ``{"images": N×3×H×W, "labels": N (int64), "paths",
+"indices"}``. Training: random resized crop, horizontal flip, colour jitter; validation: resize
+to ``image_size×image_size``. Default loss: cross-entropy. Metrics: top-1 and top-5 accuracy
+(torchmetrics ``MulticlassAccuracy``, micro: the share of images).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+from zoo_core.data.errors import DatasetError, ProblemReport
+from zoo_core.data.images import IMAGE_SUFFIXES, images_in_directory, read_image, usable_images
+from zoo_core.data.shapes import materialize_shapes, parse_shapes
+from zoo_core.tasks.base import AugmentSettings, DataSpec, Task, move_to_device
+
+if TYPE_CHECKING:
+    import torch
+
+    from zoo_core.data.images import SourceImage
+    from zoo_core.tasks.results import ClassificationResult
+
+__all__ = ["ClassifyTask", "IMAGE_SUFFIXES", "IMAGENET_MEAN", "IMAGENET_STD", "ClassFolderDataset"]
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+# Kept for callers of the first version of this module; the data layer's error is the one raised.
+DataError = DatasetError
+
+
+def _class_folders(split_dir: Path) -> list[str]:
+    return sorted(entry.name for entry in split_dir.iterdir() if entry.is_dir() and not entry.name.startswith("."))
+
+
+def imagenet_normalise(images: "torch.Tensor", device: "torch.device") -> "torch.Tensor":
+    """uint8 (or [0, 1] float) images -> float images normalised with the ImageNet mean and std."""
+    import torch
+
+    images = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
+    mean = torch.tensor(IMAGENET_MEAN, device=device).view(1, 3, 1, 1)
+    std = torch.tensor(IMAGENET_STD, device=device).view(1, 3, 1, 1)
+    return (images - mean) / std
+
+
+class ClassFolderDataset:
+    """Images under ``split_dir/<class>/`` with labels from ``names`` (a torch ``Dataset``)."""
+
+    def __init__(self, split_dir: Path, names: Mapping[int, str], transform: Any) -> None:
+        index_of = {name: index for index, name in names.items()}
+        report = ProblemReport(str(split_dir))
+        candidates: list[tuple[Path, int]] = []
+        for class_name in _class_folders(split_dir):
+            if class_name not in index_of:
+                raise DatasetError(f"{split_dir / class_name}: class folder not in train/ ({', '.join(index_of)}); rename or remove it")
+            candidates.extend((path, index_of[class_name]) for path in images_in_directory(split_dir / class_name))
+        label_of = dict(candidates)
+        self.samples: list[tuple[Path, int]] = [(path, label_of[path]) for path, _ in usable_images(label_of, report)]
+        report.finish()
+        if not self.samples:
+            raise DatasetError(f"{split_dir}: no usable images ({', '.join(IMAGE_SUFFIXES)}) in any class folder")
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        path, label = self.samples[index]
+        return {"image": self.transform(read_image(path)), "label": label, "path": str(path), "index": index}
+
+
+class ClassifyTask(Task):
+    """Image classification over class folders; fitness is top-1 accuracy."""
+
+    name = "classify"
+    fitness_metric = "top1"
+
+    def prepare(self, data: str | Path) -> DataSpec:
+        shapes_config = parse_shapes(data)
+        root = materialize_shapes(shapes_config) / "classify" if shapes_config else Path(data).expanduser()
+        if not root.is_dir():
+            raise DatasetError(f"classification data {str(data)!r} is not a directory; give a folder with train/ and val/ class folders, or 'shapes'")
+        for split in ("train", "val"):
+            if not (root / split).is_dir():
+                raise DatasetError(f"{root}: missing {split}/ (one sub-folder per class inside)")
+        classes = _class_folders(root / "train")
+        if not classes:
+            raise DatasetError(f"{root / 'train'}: no class folders; put each class's images in train/<class name>/")
+        test = root / "test" if (root / "test").is_dir() else None
+        return DataSpec(task=self.name, root=root, names=dict(enumerate(classes)), train=root / "train", val=root / "val", test=test)
+
+    def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> ClassFolderDataset:
+        return ClassFolderDataset(Path(spec.split(split)), spec.names, self.transform(image_size, augment if split == "train" else None))
+
+    @staticmethod
+    def transform(image_size: int, augment: AugmentSettings | None) -> Any:
+        """uint8 image -> uint8 image of ``image_size``², with random transforms when ``augment`` is on."""
+        from torchvision.transforms import v2
+
+        if augment is None or not augment.enabled:
+            return v2.Resize((image_size, image_size), antialias=True)
+        steps: list[Any] = [v2.RandomResizedCrop(image_size, scale=(max(1.0 - augment.scale, 0.08), 1.0), antialias=True)]
+        if augment.fliplr > 0:
+            steps.append(v2.RandomHorizontalFlip(augment.fliplr))
+        if augment.hsv_h or augment.hsv_s or augment.hsv_v:
+            steps.append(v2.ColorJitter(brightness=augment.hsv_v, saturation=augment.hsv_s, hue=min(augment.hsv_h, 0.5)))
+        return v2.Compose(steps)
+
+    def collate(self, samples: list[Any]) -> dict[str, Any]:
+        import torch
+
+        return {
+            "images": torch.stack([sample["image"] for sample in samples]),
+            "labels": torch.tensor([sample["label"] for sample in samples], dtype=torch.long),
+            "paths": [sample["path"] for sample in samples],
+            "indices": torch.tensor([sample["index"] for sample in samples], dtype=torch.long),
+        }
+
+    def preprocess(self, batch: Mapping[str, Any], device: "torch.device") -> dict[str, Any]:
+        batch = move_to_device(batch, device)
+        batch["images"] = imagenet_normalise(batch["images"], device)
+        return batch
+
+    def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple["torch.Tensor", dict[str, "torch.Tensor"]]:
+        import torch.nn.functional as F
+
+        loss = F.cross_entropy(outputs, batch["labels"])
+        return loss, {"cls": loss.detach()}
+
+    def validate(self, model: "torch.nn.Module", loader: Any, device: "torch.device", names: Mapping[int, str]) -> dict[str, float]:
+        import torch
+        from torchmetrics.classification import MulticlassAccuracy
+
+        num_classes = len(names)
+        top1 = MulticlassAccuracy(num_classes=num_classes, top_k=1, average="micro").to(device)
+        top5 = MulticlassAccuracy(num_classes=num_classes, top_k=min(5, num_classes), average="micro").to(device)
+        with torch.inference_mode():
+            for batch in loader:
+                batch = self.preprocess(batch, device)
+                logits = model(batch["images"])
+                top1.update(logits, batch["labels"])
+                top5.update(logits, batch["labels"])
+        return {"top1": float(top1.compute()), "top5": float(top5.compute())}
+
+    def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
+        import torch
+
+        return {
+            "images": torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8),
+            "labels": torch.randint(0, max(num_classes, 1), (batch_size,)),
+            "paths": [f"example{index}" for index in range(batch_size)],
+            "indices": torch.arange(batch_size),
+        }
+
+    def predict(
+        self,
+        model: "torch.nn.Module",
+        sources: "list[SourceImage]",
+        device: "torch.device",
+        image_size: int,
+        names: Mapping[int, str],
+        conf: float = 0.25,
+        iou: float = 0.7,
+        max_det: int = 300,
+    ) -> "list[ClassificationResult]":
+        import torch
+
+        from zoo_core.tasks.results import ClassificationResult
+
+        resize = self.transform(image_size, None)
+        results = []
+        with torch.inference_mode():
+            for source in sources:
+                images = imagenet_normalise(resize(source.image)[None].to(device), device)
+                probabilities = model(images).float().softmax(dim=1)[0].cpu()
+                results.append(ClassificationResult(orig_image=source.image, path=source.path, name=source.name, names=dict(names), probs=probabilities))
+        return results

@@ -1,0 +1,319 @@
+"""Object detection: YOLO-format datasets, mosaic/affine/HSV/flip augmentation, COCO box mAP.
+
+Data: a dataset YAML in the Ultralytics convention (``zoo_core.data.yolo_format``), or
+``"shapes"``. Samples are letterboxed to ``image_size×image_size`` (grey padding); training adds
+mosaic, random affine, horizontal flip and HSV jitter as ``AugmentSettings`` says.
+
+Batch (after ``collate``): ``images`` uint8 N×3×S×S, ``targets`` M×6 float (image index, class,
+x1, y1, x2, y2 in input pixels), ``orig_shapes``, ``ratio_pads``, ``paths``, ``indices``.
+
+Postprocess contract a family fulfils: ``model.postprocess(outputs, conf, iou, max_det)`` on eval
+outputs returns one dict per image with ``boxes`` (n×4 xyxy, input pixels), ``scores`` (n) and
+``labels`` (n, int64). The family also supplies ``model.loss`` (detection has no default loss).
+
+Metrics: COCO mAP50-95, mAP50 and mAP75 and mean recall (torchmetrics ``MeanAveragePrecision``,
+pycocotools backend) in original-image coordinates; ``fitness = 0.1 mAP50 + 0.9 mAP50-95``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import torch
+from torch.utils.data import Dataset
+from torchvision.transforms.v2 import functional as F
+
+from zoo_core.data.augment import (
+    apply_v2,
+    boxes_to_original,
+    color_jitter,
+    keep_visible_boxes,
+    letterbox,
+    make_boxes,
+    mosaic4,
+    random_affine,
+    resize_long_side,
+)
+from zoo_core.data.dataset_yaml import YAML_SUFFIXES
+from zoo_core.data.errors import DatasetError
+from zoo_core.data.images import read_image
+from zoo_core.data.shapes import materialize_shapes, parse_shapes
+from zoo_core.data.yolo_format import DetectionRecord, index_detection_split, read_detection_yaml
+from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device, unwrap_model
+from zoo_core.tasks.results import DetectionResult
+
+if TYPE_CHECKING:
+    from zoo_core.data.images import SourceImage
+
+__all__ = ["DetectTask", "DetectionDataset", "detection_fitness"]
+
+
+def detection_fitness(map50: float, map50_95: float) -> float:
+    """YOLO's model-selection score: ``0.1 * mAP50 + 0.9 * mAP50-95``."""
+    return 0.1 * map50 + 0.9 * map50_95
+
+
+class DetectionDataset(Dataset):
+    """Letterboxed images with their boxes; random mosaic/affine/flip/HSV when ``augment`` is on.
+
+    ``close_mosaic()`` turns mosaic off for the remaining epochs (YOLO's ``close_mosaic``); it
+    reaches loader workers started afterwards (not persistent ones started before).
+    """
+
+    def __init__(self, records: list[DetectionRecord], names: Mapping[int, str], image_size: int, augment: AugmentSettings | None) -> None:
+        if image_size < 16:
+            raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")
+        self.records = records
+        self.names = dict(names)
+        self.image_size = image_size
+        self.augment = augment if augment is not None and augment.enabled else None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def close_mosaic(self) -> None:
+        """Stop using mosaic (the other augmentations stay); the settings object passed in is not changed."""
+        if self.augment is not None:
+            self.augment = dataclasses.replace(self.augment, mosaic=0.0)
+
+    def load(self, index: int) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Image ``index`` (uint8 3×H×W) with its boxes in pixels and classes (int64)."""
+        record = self.records[index]
+        image = read_image(record.image)
+        height, width = image.shape[-2:]
+        labels = torch.from_numpy(record.labels)
+        scale = torch.tensor([width, height, width, height], dtype=torch.float32)
+        boxes = make_boxes(labels[:, 1:] * scale, (height, width))
+        return image, boxes, labels[:, 0].long()
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        record = self.records[index]
+        size = self.image_size
+        settings = self.augment
+        if settings is None:
+            image, boxes, classes = self.load(index)
+            original_shape = tuple(image.shape[-2:])
+            image, boxes, _, ratio_pad = letterbox(image, size, boxes=boxes)
+        elif settings.mosaic > 0 and random.random() < settings.mosaic:
+            pieces = []
+            for piece_index in [index] + [random.randrange(len(self.records)) for _ in range(3)]:
+                piece_image, piece_boxes, piece_classes = self.load(piece_index)
+                piece_image, piece_boxes, _, _ = resize_long_side(piece_image, size, boxes=piece_boxes)
+                pieces.append((piece_image, piece_boxes, piece_classes))
+            image, boxes, classes = mosaic4(pieces, size)
+            affine = random_affine(settings, translate_fraction=settings.translate / 2)
+            if affine is not None:
+                image, boxes = apply_v2(affine, image, boxes)
+            image, boxes = F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size])
+            original_shape, ratio_pad = (size, size), ((1.0, 1.0), (0.0, 0.0))
+        else:
+            image, boxes, classes = self.load(index)
+            original_shape = tuple(image.shape[-2:])
+            image, boxes, _, ratio_pad = letterbox(image, size, boxes=boxes)
+            affine = random_affine(settings)
+            if affine is not None:
+                image, boxes = apply_v2(affine, image, boxes)
+        if settings is None:  # validation scores every labelled box, however small
+            boxes = boxes.as_subclass(torch.Tensor).reshape(-1, 4)
+        else:
+            boxes, classes = keep_visible_boxes(boxes, classes, (size, size))
+            if settings.fliplr > 0 and random.random() < settings.fliplr:
+                image = image.flip(-1)
+                boxes = torch.stack([size - boxes[:, 2], boxes[:, 1], size - boxes[:, 0], boxes[:, 3]], dim=1)
+            jitter = color_jitter(settings)
+            if jitter is not None:
+                (image,) = apply_v2(jitter, image)
+        return {
+            "image": image.contiguous(),
+            "boxes": boxes.reshape(-1, 4),
+            "classes": classes,
+            "orig_shape": (int(original_shape[0]), int(original_shape[1])),
+            "ratio_pad": ratio_pad,
+            "path": str(record.image),
+            "index": index,
+        }
+
+
+def _collate_detection(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    targets = []
+    for position, sample in enumerate(samples):
+        count = len(sample["classes"])
+        if count:
+            column = torch.full((count, 1), float(position))
+            targets.append(torch.cat([column, sample["classes"].float()[:, None], sample["boxes"].float()], dim=1))
+    return {
+        "images": torch.stack([sample["image"] for sample in samples]),
+        "targets": torch.cat(targets) if targets else torch.zeros((0, 6)),
+        "orig_shapes": [sample["orig_shape"] for sample in samples],
+        "ratio_pads": [sample["ratio_pad"] for sample in samples],
+        "paths": [sample["path"] for sample in samples],
+        "indices": torch.tensor([sample["index"] for sample in samples], dtype=torch.long),
+    }
+
+
+def _resolve_yaml(data: str | Path) -> Path:
+    path = Path(data).expanduser()
+    if path.is_dir():
+        for name in ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml"):
+            if (path / name).is_file():
+                return path / name
+        raise DatasetError(f"{path} is a folder without data.yaml; give the dataset YAML (path/train/val/names)")
+    if path.suffix.lower() not in YAML_SUFFIXES:
+        raise DatasetError(f"detection data {str(data)!r} must be a dataset YAML (.yaml), a folder holding data.yaml, or 'shapes'")
+    if not path.is_file():
+        raise DatasetError(f"detection dataset YAML {path} does not exist; check the path")
+    return path
+
+
+class DetectTask(Task):
+    """Object detection; fitness is ``0.1 mAP50 + 0.9 mAP50-95``.
+
+    ``conf``, ``iou`` and ``max_det`` are the thresholds ``validate`` hands to the family's
+    ``postprocess`` (low confidence, as for a precision-recall curve).
+    """
+
+    name = "detect"
+    fitness_metric = "fitness"
+
+    def __init__(self, conf: float = 0.001, iou: float = 0.7, max_det: int = 300) -> None:
+        self.conf = conf
+        self.iou = iou
+        self.max_det = max_det
+
+    def prepare(self, data: str | Path) -> DataSpec:
+        shapes_config = parse_shapes(data)
+        yaml_path = materialize_shapes(shapes_config) / "detect.yaml" if shapes_config else _resolve_yaml(data)
+        layout = read_detection_yaml(yaml_path)
+        for split, entries in layout.splits.items():
+            for entry in entries:
+                if not entry.exists():
+                    raise DatasetError(f"{yaml_path}: {split} entry {entry} does not exist; check 'path' and '{split}'")
+        return DataSpec(
+            task=self.name,
+            root=layout.root,
+            names=layout.names,
+            train=layout.splits["train"],
+            val=layout.splits["val"],
+            test=layout.splits.get("test"),
+            extra={"yaml": str(yaml_path)},
+        )
+
+    def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> DetectionDataset:
+        records = index_detection_split(list(spec.split(split)), spec.names, what=f"{spec.root} ({split})")
+        return DetectionDataset(records, spec.names, image_size, augment if split == "train" else None)
+
+    def collate(self, samples: list[Any]) -> dict[str, Any]:
+        return _collate_detection(samples)
+
+    def preprocess(self, batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+        batch = move_to_device(batch, device)
+        images = batch["images"]
+        batch["images"] = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
+        return batch
+
+    def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise ModelContractError(
+            "detection has no task-level loss: the family's model must define loss(outputs, batch) -> (loss, items), "
+            "with its own assigner (see zoo_core/tasks/base.py)"
+        )
+
+    @staticmethod
+    def _postprocess(model: torch.nn.Module) -> Any:
+        postprocess = getattr(unwrap_model(model), "postprocess", None)
+        if not callable(postprocess):
+            raise ModelContractError(
+                f"{type(unwrap_model(model)).__name__} has no postprocess(outputs, conf, iou, max_det); "
+                "a detection family's model must define it (zoo_core/tasks/detect.py)"
+            )
+        return postprocess
+
+    def validate(self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str]) -> dict[str, float]:
+        from zoo_core.tasks.metrics import OrderedMeanAveragePrecision
+
+        postprocess = self._postprocess(model)
+        metric = OrderedMeanAveragePrecision()
+        with torch.inference_mode():
+            for batch in loader:
+                batch = self.preprocess(batch, device)
+                detections = postprocess(model(batch["images"]), conf=self.conf, iou=self.iou, max_det=self.max_det)
+                targets = batch["targets"].float().cpu()
+                predictions, truths = [], []
+                for position, detection in enumerate(detections):
+                    shape, ratio_pad = batch["orig_shapes"][position], batch["ratio_pads"][position]
+                    predictions.append(
+                        {
+                            "boxes": boxes_to_original(detection["boxes"].detach().float().cpu().reshape(-1, 4), ratio_pad, shape),
+                            "scores": detection["scores"].detach().float().cpu().reshape(-1),
+                            "labels": detection["labels"].detach().long().cpu().reshape(-1),
+                        }
+                    )
+                    rows = targets[targets[:, 0] == position]
+                    truths.append({"boxes": boxes_to_original(rows[:, 2:6], ratio_pad, shape), "labels": rows[:, 1].long()})
+                metric.update(predictions, truths, batch["indices"].cpu())
+        values = metric.compute()
+        map50_95, map50 = max(float(values["map"]), 0.0), max(float(values["map_50"]), 0.0)
+        return {
+            "mAP50-95": map50_95,
+            "mAP50": map50,
+            "mAP75": max(float(values["map_75"]), 0.0),
+            "mAR100": max(float(values["mar_100"]), 0.0),
+            "fitness": detection_fitness(map50, map50_95),
+        }
+
+    def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
+        boxes_per_image = 4
+        count = batch_size * boxes_per_image
+        centres = torch.rand(count, 2) * image_size * 0.6 + image_size * 0.2
+        sizes = torch.rand(count, 2) * image_size * 0.3 + 4
+        boxes = torch.cat([centres - sizes / 2, centres + sizes / 2], dim=1).clamp(0, image_size)
+        targets = torch.cat(
+            [
+                torch.arange(batch_size).repeat_interleave(boxes_per_image).float()[:, None],
+                torch.randint(0, max(num_classes, 1), (count, 1)).float(),
+                boxes,
+            ],
+            dim=1,
+        )
+        return {
+            "images": torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8),
+            "targets": targets,
+            "orig_shapes": [(image_size, image_size)] * batch_size,
+            "ratio_pads": [((1.0, 1.0), (0.0, 0.0))] * batch_size,
+            "paths": [f"example{index}" for index in range(batch_size)],
+            "indices": torch.arange(batch_size),
+        }
+
+    def predict(
+        self,
+        model: torch.nn.Module,
+        sources: "list[SourceImage]",
+        device: torch.device,
+        image_size: int,
+        names: Mapping[int, str],
+        conf: float = 0.25,
+        iou: float = 0.7,
+        max_det: int = 300,
+    ) -> list[DetectionResult]:
+        postprocess = self._postprocess(model)
+        results = []
+        with torch.inference_mode():
+            for source in sources:
+                image, _, _, ratio_pad = letterbox(source.image, image_size)
+                outputs = model(image[None].to(device).float().div_(255))
+                (detection,) = postprocess(outputs, conf=conf, iou=iou, max_det=max_det)
+                shape = (int(source.image.shape[-2]), int(source.image.shape[-1]))
+                results.append(
+                    DetectionResult(
+                        orig_image=source.image,
+                        path=source.path,
+                        name=source.name,
+                        names=dict(names),
+                        boxes=boxes_to_original(detection["boxes"].detach().float().cpu().reshape(-1, 4), ratio_pad, shape),
+                        scores=detection["scores"].detach().float().cpu().reshape(-1),
+                        labels=detection["labels"].detach().long().cpu().reshape(-1),
+                    )
+                )
+        return results

@@ -1,0 +1,243 @@
+"""Semantic segmentation: images with PNG class-index masks, mIoU.
+
+Data: a YAML naming image and mask folders (``zoo_core.data.mask_format``), or ``"shapes"``
+(class 0 is ``background``). Samples are letterboxed to ``image_size×image_size``: images padded
+grey, masks padded with ``ignore_index`` so padding counts in neither loss nor metric. Training
+adds random affine, horizontal flip and HSV jitter (masks move with the pixels, nearest
+neighbour; uncovered mask pixels become ``ignore_index``).
+
+Batch (after ``preprocess``): ``images`` ImageNet-normalised, ``masks`` N×S×S int64,
+``ignore_index`` (int), plus ``orig_shapes``, ``ratio_pads``, ``paths``, ``indices``.
+Model contract: in eval mode ``model(images)`` returns logits N×C×S×S.
+Metrics: mIoU (torchmetrics ``MulticlassJaccardIndex``, macro over the classes present in the
+predictions or the masks, from the confusion matrix of all validation pixels) and pixel accuracy,
+measured at the input resolution on the letterboxed masks (padding ignored).
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from torchvision import tv_tensors
+
+from zoo_core.data.augment import apply_v2, color_jitter, letterbox, map_to_original, random_affine
+from zoo_core.data.dataset_yaml import YAML_SUFFIXES
+from zoo_core.data.errors import DatasetError
+from zoo_core.data.images import read_image
+from zoo_core.data.mask_format import SemanticRecord, index_semantic_split, read_semantic_yaml
+from zoo_core.data.shapes import materialize_shapes, parse_shapes
+from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device
+from zoo_core.tasks.classify import imagenet_normalise
+from zoo_core.tasks.results import SegmentationResult
+
+if TYPE_CHECKING:
+    from zoo_core.data.images import SourceImage
+
+__all__ = ["SemanticTask", "SemanticDataset", "read_mask"]
+
+
+def read_mask(path: Path) -> torch.Tensor:
+    """A class-index mask file as an ``H×W`` tensor (uint8 for 8-bit PNGs, int32 for 16-bit)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as mask:
+            values = np.array(mask)
+    except Exception as error:
+        raise DatasetError(f"{path}: cannot decode mask ({type(error).__name__}: {error}); remove or replace the file") from error
+    if values.dtype != np.uint8:
+        values = values.astype(np.int32)
+    return torch.from_numpy(values)
+
+
+class SemanticDataset(Dataset):
+    """Letterboxed (image, mask) pairs; random affine/flip/HSV when ``augment`` is on."""
+
+    def __init__(self, records: list[SemanticRecord], image_size: int, ignore_index: int, augment: AugmentSettings | None) -> None:
+        if image_size < 16:
+            raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")
+        self.records = records
+        self.image_size = image_size
+        self.ignore_index = ignore_index
+        self.augment = augment if augment is not None and augment.enabled else None
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        record = self.records[index]
+        image, mask = read_image(record.image), read_mask(record.mask)
+        if tuple(mask.shape) != tuple(image.shape[-2:]):
+            raise DatasetError(f"{record.mask}: mask size {tuple(mask.shape)} differs from its image {tuple(image.shape[-2:])}")
+        if mask.dtype == torch.uint8 and not 0 <= self.ignore_index <= 255:
+            mask = mask.to(torch.int32)  # so padding can hold an ignore_index beyond 8 bits
+        original_shape = (int(image.shape[-2]), int(image.shape[-1]))
+        image, _, mask, ratio_pad = letterbox(image, self.image_size, mask=mask, mask_fill=self.ignore_index)
+        settings = self.augment
+        if settings is not None:
+            affine = random_affine(settings, mask_fill=self.ignore_index)
+            if affine is not None:
+                image, mask = apply_v2(affine, image, tv_tensors.Mask(mask))
+                mask = mask.as_subclass(torch.Tensor)
+            if settings.fliplr > 0 and random.random() < settings.fliplr:
+                image, mask = image.flip(-1), mask.flip(-1)
+            jitter = color_jitter(settings)
+            if jitter is not None:
+                (image,) = apply_v2(jitter, image)
+        return {
+            "image": image.contiguous(),
+            "mask": mask.contiguous(),
+            "ignore_index": self.ignore_index,
+            "orig_shape": original_shape,
+            "ratio_pad": ratio_pad,
+            "path": str(record.image),
+            "index": index,
+        }
+
+
+def _resolve_yaml(data: str | Path) -> Path:
+    path = Path(data).expanduser()
+    if path.is_dir():
+        for name in ("data.yaml", "semantic.yaml", "dataset.yaml"):
+            if (path / name).is_file():
+                return path / name
+        raise DatasetError(f"{path} is a folder without data.yaml; give the semantic dataset YAML (path/train/val/names)")
+    if path.suffix.lower() not in YAML_SUFFIXES:
+        raise DatasetError(f"semantic data {str(data)!r} must be a dataset YAML (.yaml), a folder holding data.yaml, or 'shapes'")
+    if not path.is_file():
+        raise DatasetError(f"semantic dataset YAML {path} does not exist; check the path")
+    return path
+
+
+class SemanticTask(Task):
+    """Semantic segmentation; fitness is mIoU."""
+
+    name = "semantic"
+    fitness_metric = "mIoU"
+
+    def prepare(self, data: str | Path) -> DataSpec:
+        shapes_config = parse_shapes(data)
+        yaml_path = materialize_shapes(shapes_config) / "semantic.yaml" if shapes_config else _resolve_yaml(data)
+        layout = read_semantic_yaml(yaml_path)
+        for split_name, split in layout.splits.items():
+            for entry in split.images:
+                if not entry.exists():
+                    raise DatasetError(f"{yaml_path}: {split_name} images {entry} does not exist; check 'path' and '{split_name}'")
+        return DataSpec(
+            task=self.name,
+            root=layout.root,
+            names=layout.names,
+            train=layout.splits["train"],
+            val=layout.splits["val"],
+            test=layout.splits.get("test"),
+            extra={"ignore_index": layout.ignore_index, "yaml": str(yaml_path)},
+        )
+
+    def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> SemanticDataset:
+        ignore_index = int(spec.extra.get("ignore_index", 255))
+        records = index_semantic_split(spec.split(split), spec.names, ignore_index, what=f"{spec.root} ({split})")
+        return SemanticDataset(records, image_size, ignore_index, augment if split == "train" else None)
+
+    def collate(self, samples: list[Any]) -> dict[str, Any]:
+        return {
+            "images": torch.stack([sample["image"] for sample in samples]),
+            "masks": torch.stack([sample["mask"] for sample in samples]),
+            "ignore_index": int(samples[0]["ignore_index"]),
+            "orig_shapes": [sample["orig_shape"] for sample in samples],
+            "ratio_pads": [sample["ratio_pad"] for sample in samples],
+            "paths": [sample["path"] for sample in samples],
+            "indices": torch.tensor([sample["index"] for sample in samples], dtype=torch.long),
+        }
+
+    def preprocess(self, batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+        batch = move_to_device(batch, device)
+        batch["images"] = imagenet_normalise(batch["images"], device)
+        batch["masks"] = batch["masks"].long()
+        return batch
+
+    def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        from zoo_core.losses.segmentation import pixel_cross_entropy
+
+        if not isinstance(outputs, torch.Tensor):
+            raise ModelContractError(
+                f"the default semantic loss needs logits N×C×H×W, got {type(outputs).__name__}; "
+                "a model with auxiliary heads must define its own loss(outputs, batch)"
+            )
+        loss = pixel_cross_entropy(outputs, batch["masks"], int(batch["ignore_index"]))
+        return loss, {"ce": loss.detach()}
+
+    @staticmethod
+    def _logits(model: torch.nn.Module, images: torch.Tensor) -> torch.Tensor:
+        logits = model(images)
+        if not isinstance(logits, torch.Tensor) or logits.dim() != 4:
+            raise ModelContractError(
+                f"a semantic model must return logits N×C×H×W in eval mode, got {getattr(logits, 'shape', type(logits).__name__)}"
+            )
+        if tuple(logits.shape[-2:]) != tuple(images.shape[-2:]):
+            logits = torch.nn.functional.interpolate(logits, size=images.shape[-2:], mode="bilinear", align_corners=False)
+        return logits
+
+    def validate(self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str]) -> dict[str, float]:
+        from torchmetrics.classification import MulticlassAccuracy, MulticlassJaccardIndex
+
+        num_classes = len(names)
+        metrics: dict[str, Any] = {}
+
+        def make_metrics(ignore_index: int) -> None:
+            metrics["mIoU"] = MulticlassJaccardIndex(num_classes=num_classes, ignore_index=ignore_index, average="macro").to(device)
+            metrics["pixel_acc"] = MulticlassAccuracy(num_classes=num_classes, ignore_index=ignore_index, average="micro").to(device)
+
+        # Made before the loop when the dataset tells the ignore index, so that a rank whose
+        # shard is empty still holds (empty) states for the cross-rank sync.
+        declared = getattr(getattr(loader, "dataset", None), "ignore_index", None)
+        if declared is not None:
+            make_metrics(int(declared))
+        with torch.inference_mode():
+            for batch in loader:
+                batch = self.preprocess(batch, device)
+                if not metrics:
+                    make_metrics(int(batch["ignore_index"]))
+                predictions = self._logits(model, batch["images"]).argmax(dim=1)
+                for metric in metrics.values():
+                    metric.update(predictions, batch["masks"])
+        if not metrics:
+            make_metrics(255)
+        return {name: float(metric.compute()) for name, metric in metrics.items()}
+
+    def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
+        masks = torch.randint(0, max(num_classes, 1), (batch_size, image_size, image_size), dtype=torch.uint8)
+        return {
+            "images": torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8),
+            "masks": masks,
+            "ignore_index": 255,
+            "orig_shapes": [(image_size, image_size)] * batch_size,
+            "ratio_pads": [((1.0, 1.0), (0.0, 0.0))] * batch_size,
+            "paths": [f"example{index}" for index in range(batch_size)],
+            "indices": torch.arange(batch_size),
+        }
+
+    def predict(
+        self,
+        model: torch.nn.Module,
+        sources: "list[SourceImage]",
+        device: torch.device,
+        image_size: int,
+        names: Mapping[int, str],
+        conf: float = 0.25,
+        iou: float = 0.7,
+        max_det: int = 300,
+    ) -> list[SegmentationResult]:
+        results = []
+        with torch.inference_mode():
+            for source in sources:
+                image, _, _, ratio_pad = letterbox(source.image, image_size)
+                logits = self._logits(model, imagenet_normalise(image[None].to(device), device))[0]
+                shape = (int(source.image.shape[-2]), int(source.image.shape[-1]))
+                mask = map_to_original(logits.float(), ratio_pad, shape).argmax(dim=0).cpu()
+                results.append(SegmentationResult(orig_image=source.image, path=source.path, name=source.name, names=dict(names), mask=mask))
+        return results
