@@ -2,7 +2,8 @@
 
 ``list``, ``info`` and ``plugins`` answer from declarations and hooks only: they never import
 torch or an architecture module, so they stay fast. ``train``, ``val`` and ``predict`` import
-the engine when they run.
+the engine when they run; ``zoo train`` takes the main arguments as flags and any other training
+argument as ``key=value`` (``zoo train yolo9-t --data shapes --device cpu,cpu lr0=0.001``).
 """
 
 from __future__ import annotations
@@ -150,6 +151,63 @@ def command_plugins(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
+    """``key=value`` words as typed arguments (values parsed as YAML scalars: 0.01, true, [0, 1])."""
+    import yaml
+
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, separator, value = pair.partition("=")
+        if not separator or not key:
+            raise SystemExit(f"zoo: error: {pair!r} is not key=value (e.g. lr0=0.001 mosaic=0)")
+        overrides[key.replace("-", "_")] = yaml.safe_load(value) if value else ""
+    return overrides
+
+
+def _model(name: str) -> Any:
+    from zoo_core.facade import LibreYOLO
+
+    return LibreYOLO(name)
+
+
+def command_train(arguments: argparse.Namespace) -> int:
+    """``zoo train MODEL --data D [--device ...] [key=value ...]``: train and print the result."""
+    options = {
+        key: value
+        for key, value in {
+            "data": arguments.data, "epochs": arguments.epochs, "batch": arguments.batch, "imgsz": arguments.imgsz,
+            "device": arguments.device, "workers": arguments.workers, "project": arguments.project,
+            "name": arguments.name, "seed": arguments.seed, "resume": arguments.resume or None,
+        }.items()
+        if value is not None
+    }
+    options.update(_parse_overrides(arguments.overrides))
+    result = _model(arguments.model).train(**options)
+    metrics = "  ".join(f"{name} {value:.4f}" for name, value in result.metrics.items()) or "no validation"
+    print(f"metrics: {metrics}")
+    print(f"run directory: {result.run_dir}  (best: {result.best})")
+    return 0
+
+
+def command_val(arguments: argparse.Namespace) -> int:
+    """``zoo val MODEL --data D``: validate and print the metrics."""
+    options = {"data": arguments.data, "batch": arguments.batch, "imgsz": arguments.imgsz, "device": arguments.device,
+               "split": arguments.split, "workers": arguments.workers, "conf": arguments.conf, "iou": arguments.iou}
+    metrics = _model(arguments.model).val(**{key: value for key, value in options.items() if value is not None})
+    print("  ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
+    return 0
+
+
+def command_predict(arguments: argparse.Namespace) -> int:
+    """``zoo predict MODEL SOURCE [--save]``: predict and print one line per image."""
+    options = {"conf": arguments.conf, "iou": arguments.iou, "imgsz": arguments.imgsz, "device": arguments.device,
+               "save": arguments.save, "project": arguments.project, "name": arguments.name, "max_det": arguments.max_det}
+    results = _model(arguments.model).predict(arguments.source, **{key: value for key, value in options.items() if value is not None})
+    for result in results:
+        print(result.summary())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``zoo`` (the engine adds train/val/predict)."""
     parser = argparse.ArgumentParser(prog="zoo", description="A vision model zoo with a DDP training engine.")
@@ -170,13 +228,59 @@ def build_parser() -> argparse.ArgumentParser:
     plugins = commands.add_parser("plugins", help="list the loaded plugins")
     plugins.add_argument("--json", action="store_true")
     plugins.set_defaults(handler=command_plugins)
+
+    training = commands.add_parser("train", help="train a model (several devices: one process each)")
+    training.add_argument("model", help="a model name (yolo9-t) or weights (.safetensors/.pt)")
+    training.add_argument("--data", required=True, help="'shapes', a dataset YAML or a folder")
+    training.add_argument("--epochs", type=int)
+    training.add_argument("--batch", type=int, help="global batch over all devices; -1: autobatch")
+    training.add_argument("--imgsz", type=int)
+    training.add_argument("--device", help="'0,1', 'cpu', 'cpu,cpu' (two CPU ranks), 'auto'")
+    training.add_argument("--workers", type=int)
+    training.add_argument("--project")
+    training.add_argument("--name")
+    training.add_argument("--seed", type=int)
+    training.add_argument("--resume", nargs="?", const=True, default=None, help="continue a run (optionally: its last.pt)")
+    training.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="any other training argument, e.g. lr0=0.001")
+    training.set_defaults(handler=command_train)
+
+    validation = commands.add_parser("val", help="validate a model on a dataset")
+    validation.add_argument("model")
+    validation.add_argument("--data", required=True)
+    validation.add_argument("--batch", type=int)
+    validation.add_argument("--imgsz", type=int)
+    validation.add_argument("--device")
+    validation.add_argument("--split", help="val (default) or test")
+    validation.add_argument("--workers", type=int)
+    validation.add_argument("--conf", type=float, help="detection: confidence threshold (default 0.001)")
+    validation.add_argument("--iou", type=float, help="detection: NMS IoU threshold (default 0.7)")
+    validation.set_defaults(handler=command_val)
+
+    prediction = commands.add_parser("predict", help="predict on images and optionally save drawn results")
+    prediction.add_argument("model")
+    prediction.add_argument("source", help="an image file or a folder")
+    prediction.add_argument("--conf", type=float)
+    prediction.add_argument("--iou", type=float)
+    prediction.add_argument("--imgsz", type=int)
+    prediction.add_argument("--device")
+    prediction.add_argument("--max-det", type=int, dest="max_det")
+    prediction.add_argument("--save", action="store_true", help="write drawn predictions into the run directory")
+    prediction.add_argument("--project")
+    prediction.add_argument("--name")
+    prediction.set_defaults(handler=command_predict)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``zoo``; errors that zoo raises on purpose print one message and exit with status 2."""
     parser = build_parser()
-    arguments = parser.parse_args(argv)
+    # key=value training overrides may follow or precede the flags, so collect them wherever they are.
+    arguments, extra = parser.parse_known_args(argv)
+    leftovers = [word for word in extra if "=" not in word or word.startswith("-")]
+    if leftovers or (extra and arguments.command != "train"):
+        parser.error(f"unrecognized arguments: {' '.join(leftovers or extra)}")
+    if extra:
+        arguments.overrides = [*arguments.overrides, *extra]
     try:
         return int(arguments.handler(arguments) or 0)
     except (ZooError, UnknownFamilyError) as error:

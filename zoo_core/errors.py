@@ -23,6 +23,16 @@ __all__ = [
     "CorruptWeightsError",
     "UnsafeWeightsError",
     "WeightsMismatchError",
+    "TrainConfigError",
+    "DeviceSpecError",
+    "BatchSizeError",
+    "SpawnGuardError",
+    "UnpicklableArgumentError",
+    "SpawnNotSupportedError",
+    "WorkerFailedError",
+    "MasterPortInUseError",
+    "TrainingDivergedError",
+    "ResumeError",
 ]
 
 
@@ -91,3 +101,48 @@ class UnsafeWeightsError(WeightsError):
 
 class WeightsMismatchError(WeightsError):
     """Weights whose tensors do not fit the model they are loaded into (another family or size)."""
+
+
+class TrainConfigError(ZooError, ValueError):
+    """A training argument that is unknown or has a bad value (the message names the key)."""
+
+
+class DeviceSpecError(ZooError, ValueError):
+    """A ``device`` argument that is not one of the accepted forms."""
+
+
+class BatchSizeError(ZooError, ValueError):
+    """A global batch that cannot be split evenly over the ranks (DESIGN.md E5)."""
+
+
+class SpawnGuardError(ZooError, RuntimeError):
+    """Training on several devices was started from inside a spawned worker: a missing ``__main__`` guard."""
+
+
+class UnpicklableArgumentError(ZooError, TypeError):
+    """An argument for the training workers that cannot be pickled, or unpickled in a worker (E4, E20)."""
+
+
+class SpawnNotSupportedError(ZooError, RuntimeError):
+    """A family whose plugin does not support spawning, given several devices outside torchrun (E13)."""
+
+
+class WorkerFailedError(ZooError, RuntimeError):
+    """A training worker raised or died; the message names the rank and carries its traceback (E14)."""
+
+    def __init__(self, message: str, *, rank: int | None = None, worker_traceback: str = "") -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.worker_traceback = worker_traceback
+
+
+class MasterPortInUseError(ZooError, OSError):
+    """The rendezvous port given by the user is taken by another process."""
+
+
+class TrainingDivergedError(ZooError, FloatingPointError):
+    """The training loss became NaN or infinite."""
+
+
+class ResumeError(ZooError, ValueError):
+    """``resume=`` points at nothing resumable (the message says what was found)."""

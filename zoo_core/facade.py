@@ -93,6 +93,7 @@ class LibreYOLO:
                 ) from None
             self._build(family, size, None, None)
         else:
+            self.options = {**meta.options, **self.options}
             self._build(meta.family, meta.size, meta.num_classes, meta.names or None)
             if meta.input_size:
                 self.input_size = meta.input_size
@@ -153,6 +154,7 @@ class LibreYOLO:
             names=dict(self.names),
             input_size=self.input_size,
             zoo_version=__version__,
+            options=dict(self.options),
         )
 
     @property

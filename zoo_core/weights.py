@@ -34,6 +34,8 @@ __all__ = [
     "read_checkpoint",
     "read_weights",
     "atomic_torch_save",
+    "atomic_write_bytes",
+    "torch_bytes",
     "download_weights",
     "sha256_of",
 ]
@@ -52,6 +54,7 @@ class ModelMeta:
     names: dict[int, str] = field(default_factory=dict)
     input_size: int = 0
     zoo_version: str = ""
+    options: dict[str, Any] = field(default_factory=dict)  # builder options, so the same graph is rebuilt
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (also what ``.pt`` checkpoints store under ``meta``)."""
@@ -71,6 +74,7 @@ class ModelMeta:
                 names={int(key): str(value) for key, value in dict(data.get("names") or {}).items()},
                 input_size=int(data.get("input_size") or 0),
                 zoo_version=str(data.get("zoo_version") or ""),
+                options=dict(data.get("options") or {}),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptWeightsError(f"{source}: the zoo metadata is incomplete or malformed ({error!r})") from None
@@ -195,21 +199,35 @@ def read_weights(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelMeta
     raise CorruptWeightsError(f"{path}: unknown weights format {path.suffix!r}; use .safetensors, .pt or .pth")
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> Path:
-    """``torch.save`` to a temp file beside ``path``, then ``os.replace``: a kill never leaves half a file."""
-    import torch
-
+def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
+    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace``: a kill never leaves half a file."""
     path = Path(path)
     handle, temporary = _atomic_target(path)
     try:
         with os.fdopen(handle, "wb") as stream:
-            torch.save(obj, stream)
+            stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
     return path
+
+
+def torch_bytes(obj: Any) -> bytes:
+    """What ``torch.save(obj)`` would write, in memory (to write it to several files)."""
+    import io
+
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    return buffer.getvalue()
+
+
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save`` ``obj`` to ``path`` atomically (see ``atomic_write_bytes``)."""
+    return atomic_write_bytes(torch_bytes(obj), path)
 
 
 def sha256_of(path: str | Path) -> str:

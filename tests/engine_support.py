@@ -1,0 +1,81 @@
+"""Shared helpers of the engine tests: small on-disk datasets and process inspection."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from zoo_core.plugin_manager import register_plugin
+
+from . import engine_families
+from .conftest import REPO_ROOT
+
+
+def use_test_families() -> None:
+    """Register the test families (workers re-register them by module name)."""
+    register_plugin(engine_families, "engine-test-families")
+
+
+def write_class_folders(root: Path, *, per_class: int = 12, val_per_class: int = 4, size: int = 32,
+                        identical: bool = False, seed: int = 0) -> Path:
+    """A two-class folder dataset: red or green squares on noise (``identical``: every image the same)."""
+    rng = np.random.default_rng(seed)
+    base = (rng.random((size, size, 3)) * 60).astype(np.uint8)
+    for split, count in (("train", per_class), ("val", val_per_class)):
+        for index, colour in enumerate([(230, 30, 30), (30, 230, 30)]):
+            folder = root / split / f"c{index}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for item in range(count):
+                pixels = base.copy() if identical else (rng.random((size, size, 3)) * 60).astype(np.uint8)
+                if not identical:
+                    pixels[size // 4: 3 * size // 4, size // 4: 3 * size // 4] = colour
+                Image.fromarray(pixels).save(folder / f"{item}.png")
+    return root
+
+
+def script_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """Environment for subprocess scripts: the repository importable, autoload off."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "plugins"), env.get("PYTHONPATH", "")])
+    env["ZOO_DISABLE_PLUGIN_AUTOLOAD"] = "1"
+    env.update(extra or {})
+    return env
+
+
+def run_script(path: Path, *args: str, timeout: float = 240, env: dict[str, str] | None = None,
+               launcher: list[str] | None = None) -> subprocess.CompletedProcess:
+    """Run a Python script (optionally under a launcher such as torchrun) and capture its output."""
+    command = [*(launcher or [sys.executable]), str(path), *args]
+    return subprocess.run(command, cwd=path.parent, env=env or script_environment(), capture_output=True, text=True, timeout=timeout)
+
+
+def torchrun_command(*options: str) -> list[str]:
+    """``python -m torch.distributed.run`` with ``options`` (the torchrun console script, portably)."""
+    return [sys.executable, "-m", "torch.distributed.run", *options]
+
+
+def children_of(pid: int) -> list[int]:
+    """Direct child process ids of ``pid`` (Linux /proc)."""
+    children: list[int] = []
+    task_dir = Path(f"/proc/{pid}/task")
+    if not task_dir.exists():
+        return children
+    for task in task_dir.iterdir():
+        with_children = task / "children"
+        if with_children.exists():
+            children.extend(int(child) for child in with_children.read_text().split())
+    return children
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` exists and is not a zombie."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "State:\tZ" not in status

@@ -1,0 +1,194 @@
+"""Engine pieces that need no second process: config, device grammar, batch arithmetic, optimizer, seeds."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch import nn
+
+from zoo_core.engine.autobatch import CPU_DEFAULT_BATCH, accumulation_steps, check_divisible, global_batch_from_probe, probe_batch_size
+from zoo_core.engine.config import TrainConfig
+from zoo_core.engine.devices import DevicePlan, parse_device, resolve_device_plan
+from zoo_core.engine.distributed import choose_backend, find_free_port, is_address_in_use_error
+from zoo_core.engine.optim import build_optimizer, lr_factor, split_parameter_groups
+from zoo_core.engine.seeding import derive_seed, seed_everything
+from zoo_core.errors import BatchSizeError, DeviceSpecError, TrainConfigError
+
+
+# --------------------------------------------------------------------------- config
+def test_unknown_training_argument_names_it_and_suggests():
+    with pytest.raises(TrainConfigError, match=r"unknown training argument 'lr'.*Did you mean .*'lr0'"):
+        TrainConfig.build({"data": "x", "lr": 0.1})
+
+
+def test_bad_values_name_the_key_and_the_accepted_values():
+    with pytest.raises(TrainConfigError, match=r"'optimizer'='Adam' is invalid: .*'auto', 'SGD' or 'AdamW'"):
+        TrainConfig.build({"data": "x", "optimizer": "Adam"})
+    with pytest.raises(TrainConfigError, match=r"'batch'=0 is invalid: .*-1 for autobatch"):
+        TrainConfig.build({"data": "x", "batch": 0})
+    with pytest.raises(TrainConfigError, match="needs data="):
+        TrainConfig.build({"epochs": 1})
+
+
+def test_family_defaults_apply_and_user_arguments_win():
+    config = TrainConfig.build({"data": "x", "lr0": 0.5}, defaults={"lr0": 0.01, "optimizer": "SGD"})
+    assert (config.lr0, config.optimizer) == (0.5, "SGD")
+    with pytest.raises(TrainConfigError, match="the family's train_defaults"):
+        TrainConfig.build({"data": "x"}, defaults={"learning_rate": 0.1})
+
+
+# --------------------------------------------------------------------------- devices (grammar of DESIGN.md §6)
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("0,1", DevicePlan("cuda", 2, (0, 1))),
+        ([0, 1], DevicePlan("cuda", 2, (0, 1))),
+        (0, DevicePlan("cuda", 1, (0,))),
+        ("cuda:1", DevicePlan("cuda", 1, (1,))),
+        ("cuda", DevicePlan("cuda", 1, (0,))),
+        ("cpu", DevicePlan("cpu", 1)),
+        ("cpu,cpu", DevicePlan("cpu", 2)),
+        (["cpu", "cpu", "cpu", "cpu"], DevicePlan("cpu", 4)),
+        ("mps", DevicePlan("mps", 1)),
+        ("auto", DevicePlan("auto", 1)),
+        (None, DevicePlan("auto", 1)),
+    ],
+)
+def test_device_grammar(spec, expected):
+    assert parse_device(spec) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "why"),
+    [
+        ("0,0", "more than once"),
+        ("0,cpu", "mixes device kinds"),
+        ("gpu", "unknown device spelling 'gpu'"),
+        ("0,,1", "empty entry"),
+        ("mps,mps", "MPS has one device"),
+        ([True], "is not a device"),
+        (-1, "negative"),
+    ],
+)
+def test_bad_device_specs_list_the_accepted_forms(spec, why):
+    with pytest.raises(DeviceSpecError) as caught:
+        parse_device(spec)
+    assert why in str(caught.value) and "accepted forms: '0,1', [0, 1]" in str(caught.value)
+
+
+def test_indices_beyond_visible_devices_are_logical_indices_into_cuda_visible_devices(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    assert resolve_device_plan("1", cuda_count=2, mps_available=False).cuda_indices == (1,)
+    with pytest.raises(DeviceSpecError, match=r"index 2 is beyond the 2 visible device\(s\) 0\.\.1 \(logical indices into CUDA_VISIBLE_DEVICES=2,3\)"):
+        resolve_device_plan("0,2", cuda_count=2, mps_available=False)
+    with pytest.raises(DeviceSpecError, match="sees no CUDA device; use 'cpu'"):
+        resolve_device_plan("0", cuda_count=0, mps_available=False)
+
+
+def test_auto_prefers_cuda_then_mps_then_cpu():
+    assert resolve_device_plan("auto", cuda_count=2, mps_available=False) == DevicePlan("cuda", 1, (0,))
+    assert resolve_device_plan("auto", cuda_count=0, mps_available=True) == DevicePlan("mps", 1)
+    assert resolve_device_plan("auto", cuda_count=0, mps_available=False) == DevicePlan("cpu", 1)
+
+
+# --------------------------------------------------------------------------- batch arithmetic (E5, E7)
+def test_indivisible_batch_names_the_two_nearest_valid_values():
+    with pytest.raises(BatchSizeError) as caught:
+        check_divisible(6, 4)
+    message = str(caught.value)
+    assert "batch=6 is the global batch and must be divisible by world_size=4" in message
+    assert message.endswith("Use batch=4 or batch=8.")
+    with pytest.raises(BatchSizeError, match=r"Use batch=4\.$"):
+        check_divisible(3, 4)
+    check_divisible(8, 4)
+
+
+def test_autobatch_scales_caps_at_nbs_and_rounds_to_world_size():
+    assert global_batch_from_probe(16, 2, None) == 32
+    assert global_batch_from_probe(16, 2, 64) == 32
+    assert global_batch_from_probe(48, 2, 64) == 64  # capped at nbs
+    assert global_batch_from_probe(30, 3, 64) == 63  # capped, then rounded down to a multiple of 3
+    assert global_batch_from_probe(1, 4, 2) == 4  # never below one image per rank
+    # More devices: fewer accumulation steps, same per-device batch.
+    assert [accumulation_steps(global_batch_from_probe(8, world, 64), 64) for world in (1, 2, 4, 8)] == [8, 4, 2, 1]
+    assert accumulation_steps(16, None) == 1
+
+
+def test_autobatch_returns_the_documented_default_off_cuda():
+    from zoo_core.tasks import get_task
+
+    model = nn.Linear(3, 2)
+    assert probe_batch_size(model, get_task("classify"), 32, torch.device("cpu"), 2) == CPU_DEFAULT_BATCH == 16
+
+
+# --------------------------------------------------------------------------- optimizer and schedule
+def test_norms_and_biases_get_no_weight_decay():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(2))
+    model(torch.rand(1, 3, 5, 5))
+    groups = split_parameter_groups(model)
+    assert [tuple(p.shape) for p in groups.decay] == [(4, 3, 3, 3), (2, 36)]
+    assert [tuple(p.shape) for p in groups.no_decay_weights] == [(4,)]
+    assert len(groups.biases) == 3
+    optimizer = build_optimizer(model, "SGD", 0.1, 0.9, 5e-4)
+    assert [group["weight_decay"] for group in optimizer.param_groups] == [5e-4, 0.0, 0.0]
+    assert isinstance(build_optimizer(model, "AdamW", 1e-3, 0.9, 0.05), torch.optim.AdamW)
+
+
+def test_schedules_start_at_one_and_end_at_lrf():
+    for cosine in (False, True):
+        factor = lr_factor(10, 0.01, cosine)
+        assert factor(0) == pytest.approx(1.0) and factor(10) == pytest.approx(0.01)
+        assert factor(5) == pytest.approx(0.505)
+
+
+# --------------------------------------------------------------------------- seeds, backend, ports
+def test_seeds_differ_by_rank_and_epoch_and_repeat():
+    seed_everything(0, rank=0, epoch=3)
+    first = (random.random(), torch.rand(3))
+    seed_everything(0, rank=0, epoch=3)
+    again = (random.random(), torch.rand(3))
+    seed_everything(0, rank=1, epoch=3)
+    other_rank = (random.random(), torch.rand(3))
+    assert first[0] == again[0] and torch.equal(first[1], again[1])
+    assert first[0] != other_rank[0] and not torch.equal(first[1], other_rank[1])
+    assert len({derive_seed(0, rank, epoch) for rank in range(4) for epoch in range(4)}) == 16
+
+
+def test_backend_is_gloo_off_cuda_and_nccl_on_cuda_when_built():
+    import torch.distributed as dist
+
+    assert choose_backend(torch.device("cpu")) == "gloo"
+    expected = "nccl" if dist.is_nccl_available() else "gloo"
+    assert choose_backend(torch.device("cuda", 0)) == expected
+
+
+def test_free_port_is_on_loopback_and_port_clash_is_recognised():
+    import socket
+
+    port = find_free_port()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", port))  # really free
+    assert is_address_in_use_error("... code: -98, name: EADDRINUSE, message: address already in use")
+    assert not is_address_in_use_error("connection reset by peer")
+
+
+# --------------------------------------------------------------------------- EMA
+def test_ema_averages_floats_with_warmup_and_copies_integer_buffers():
+    from zoo_core.engine.ema import ModelEMA
+
+    model = nn.Sequential(nn.Linear(3, 3), nn.BatchNorm1d(3))
+    ema = ModelEMA(model, decay=0.9, tau=1.0)
+    start = ema.module[0].weight.clone()
+    with torch.no_grad():
+        model[0].weight.add_(1.0)
+    model(torch.rand(4, 3))  # moves the BatchNorm statistics and its integer counter
+    ema.update(model)
+    weight = 0.9 * (1 - torch.exp(torch.tensor(-1.0)))
+    torch.testing.assert_close(ema.module[0].weight, weight * start + (1 - weight) * model[0].weight)
+    assert int(ema.module[1].num_batches_tracked) == 1
+    assert all(not parameter.requires_grad for parameter in ema.module.parameters())
+    restored = ModelEMA(model)
+    restored.load_state_dict(ema.state_dict())
+    assert restored.updates == 1 and torch.equal(restored.module[0].weight, ema.module[0].weight)

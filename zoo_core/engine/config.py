@@ -1,0 +1,139 @@
+"""The training configuration: every argument ``LibreYOLO.train`` and ``zoo train`` accept.
+
+Validated by pydantic at the boundary; an unknown key or a bad value is a ``TrainConfigError``
+naming the key, what was given and what is accepted. Defaults follow Ultralytics' names and
+meanings so users can carry their habits over; a family may override them with its published
+recipe (``train_defaults`` in its declaration), and the user's arguments win over both.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from zoo_core.errors import TrainConfigError
+
+__all__ = ["TrainConfig", "RESUME_OVERRIDABLE"]
+
+# Arguments that may differ when resuming: they change where and how a run executes, not
+# what it computes.
+RESUME_OVERRIDABLE = frozenset(
+    {"device", "workers", "callbacks", "loggers", "master_port", "ddp_timeout", "verbose", "plots", "resume"}
+)
+
+
+class TrainConfig(BaseModel):
+    """Training arguments. ``batch`` is the global batch over all ranks (DESIGN.md E5)."""
+
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+    # what and where
+    data: str = Field(description="dataset: a built-in name ('shapes'), a YAML file or a folder")
+    epochs: int = Field(100, ge=1)
+    batch: int = Field(16, description="global batch over all ranks; -1 measures what fits (autobatch)")
+    imgsz: int | None = Field(None, ge=16, description="square training size; default: the model's input size")
+    device: str | int | list[int | str] | None = Field(None, description="'0,1', [0, 1], 0, 'cuda:0', 'cpu', 'cpu,cpu', 'mps', 'auto'")
+    workers: int = Field(2, ge=0, description="DataLoader worker processes per rank")
+    project: str = "runs"
+    name: str = "train"
+    exist_ok: bool = False
+    seed: int = 0
+    fraction: float = Field(1.0, gt=0, le=1, description="fraction of the training set to use")
+
+    # optimisation
+    optimizer: Literal["auto", "SGD", "AdamW"] = "auto"
+    lr0: float = Field(0.01, gt=0)
+    lrf: float = Field(0.01, ge=0, le=1, description="final learning rate as a fraction of lr0")
+    momentum: float = Field(0.937, ge=0, lt=1, description="SGD momentum, or AdamW beta1")
+    weight_decay: float = Field(5e-4, ge=0)
+    cos_lr: bool = False
+    warmup_epochs: float = Field(3.0, ge=0)
+    warmup_momentum: float = Field(0.8, ge=0, lt=1)
+    warmup_bias_lr: float = Field(0.1, ge=0)
+    nbs: int | None = Field(64, ge=1, description="nominal batch: gradients accumulate to about this many images")
+    max_grad_norm: float | None = Field(10.0, gt=0)
+    ema: bool = True
+    ema_decay: float = Field(0.9999, gt=0, lt=1)
+    ema_tau: float = Field(2000.0, gt=0)
+    amp: bool = Field(True, description="mixed precision on CUDA (ignored elsewhere)")
+
+    # stopping, checkpoints, outputs
+    patience: int = Field(100, ge=0, description="epochs without fitness improvement before stopping; 0 = never")
+    time: float | None = Field(None, gt=0, description="maximum training time in hours")
+    resume: bool | str = False
+    save_period: int = Field(-1, description="also save weights/epoch{N}.pt every N epochs (-1: never)")
+    val: bool = True
+    callbacks: list[Any] = Field(default_factory=list)
+    loggers: list[Literal["csv", "tensorboard"]] = Field(default_factory=lambda: ["csv"])
+    plots: bool = True
+    verbose: bool = True
+
+    # distributed
+    sync_bn: bool | None = Field(None, description="None: the family's default (default_sync_bn hook)")
+    master_port: int | None = Field(None, ge=1, le=65535)
+    ddp_timeout: float = Field(10800.0, gt=0, description="process-group timeout in seconds (3 hours)")
+    find_unused_parameters: bool = False
+    cuda_graph: bool = False
+    profile: bool = False
+
+    # augmentation (the task applies the ones that fit it)
+    augment: bool = True
+    hsv_h: float = Field(0.015, ge=0, le=1)
+    hsv_s: float = Field(0.7, ge=0, le=1)
+    hsv_v: float = Field(0.4, ge=0, le=1)
+    degrees: float = Field(0.0, ge=0, le=180)
+    translate: float = Field(0.1, ge=0, le=1)
+    scale: float = Field(0.5, ge=0, lt=1)
+    fliplr: float = Field(0.5, ge=0, le=1)
+    mosaic: float = Field(1.0, ge=0, le=1)
+    close_mosaic: int = Field(10, ge=0, description="turn mosaic off for the last N epochs")
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _path_to_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
+
+    @field_validator("resume", mode="before")
+    @classmethod
+    def _resume_path_to_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
+
+    @field_validator("batch")
+    @classmethod
+    def _batch_positive_or_auto(cls, value: int) -> int:
+        if value == 0 or value < -1:
+            raise ValueError("must be a positive global batch, or -1 for autobatch")
+        return value
+
+    @classmethod
+    def build(cls, arguments: Mapping[str, Any], *, defaults: Mapping[str, Any] | None = None, source: str = "train()") -> "TrainConfig":
+        """Validate ``defaults`` (a family's recipe) overlaid with ``arguments`` (the user's)."""
+        merged = {**(defaults or {}), **arguments}
+        unknown = [key for key in merged if key not in cls.model_fields]
+        if unknown:
+            key = unknown[0]
+            origin = source if key in arguments else "the family's train_defaults"
+            close = difflib.get_close_matches(key, list(cls.model_fields), n=3)
+            hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise TrainConfigError(
+                f"unknown training argument {key!r} in {origin}.{hint} "
+                f"Accepted arguments: {', '.join(cls.model_fields)}"
+            )
+        if "data" not in merged:
+            raise TrainConfigError(f"{source} needs data=...: a built-in dataset name ('shapes'), a dataset YAML or a folder")
+        try:
+            return cls.model_validate(merged)
+        except ValidationError as error:
+            problems = []
+            for item in error.errors():
+                key = ".".join(str(part) for part in item["loc"]) or "(arguments)"
+                given = merged.get(str(item["loc"][0])) if item["loc"] else None
+                problems.append(f"training argument {key!r}={given!r} is invalid: {item['msg']}")
+            raise TrainConfigError("; ".join(problems)) from None
+
+    def for_checkpoint(self) -> dict[str, Any]:
+        """The arguments as plain data (callbacks dropped), for checkpoints and ``args.yaml``."""
+        return self.model_dump(exclude={"callbacks"}, mode="json")

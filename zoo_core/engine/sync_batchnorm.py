@@ -1,0 +1,137 @@
+"""SyncBatchNorm for every backend: torch's on CUDA, the engine's own on CPU/gloo (DESIGN.md E8).
+
+torch's ``nn.SyncBatchNorm`` refuses CPU tensors, so CPU ranks (gloo) would otherwise train
+with per-rank statistics. ``CpuSyncBatchNorm`` computes batch statistics over the global batch
+with two all-reduces (one forward, one backward) and is numerically BatchNorm over the
+concatenated batch: outputs, running statistics and gradients.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+__all__ = ["CpuSyncBatchNorm", "convert_sync_batchnorm", "has_batchnorm"]
+
+
+class _GlobalBatchNorm(torch.autograd.Function):
+    """Batch normalisation whose statistics and input gradients span every rank of ``group``."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor | None, bias: torch.Tensor | None,
+                running_mean: torch.Tensor | None, running_var: torch.Tensor | None,
+                eps: float, momentum: float, group: Any) -> torch.Tensor:
+        channels = x.shape[1]
+        reduce_dims = [0, *range(2, x.dim())]
+        local_count = x.numel() // channels
+        # One all-reduce of [sum, sum of squares, count] in float64: exact enough to match
+        # single-process BatchNorm to float32 precision.
+        x64 = x.detach().double()
+        stats = torch.cat([x64.sum(reduce_dims), (x64 * x64).sum(reduce_dims), x64.new_tensor([local_count])])
+        dist.all_reduce(stats, group=group)
+        total = stats[-1]
+        mean64 = stats[:channels] / total
+        var64 = (stats[channels:2 * channels] / total - mean64 * mean64).clamp_min(0)
+        if running_mean is not None and running_var is not None:
+            unbiased = var64 * total / (total - 1).clamp_min(1)
+            running_mean.mul_(1 - momentum).add_(mean64.to(running_mean.dtype), alpha=momentum)
+            running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
+        shape = [1, channels] + [1] * (x.dim() - 2)
+        invstd = torch.rsqrt(var64 + eps).to(x.dtype)
+        normalised = (x - mean64.to(x.dtype).view(shape)) * invstd.view(shape)
+        ctx.save_for_backward(normalised, invstd, weight)
+        ctx.total = total
+        ctx.group = group
+        output = normalised
+        if weight is not None:
+            output = output * weight.view(shape)
+        if bias is not None:
+            output = output + bias.view(shape)
+        return output
+
+    @staticmethod
+    def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
+        normalised, invstd, weight = ctx.saved_tensors
+        channels = grad_output.shape[1]
+        reduce_dims = [0, *range(2, grad_output.dim())]
+        shape = [1, channels] + [1] * (grad_output.dim() - 2)
+        local_sum_dy = grad_output.sum(reduce_dims)
+        local_sum_dy_xhat = (grad_output * normalised).sum(reduce_dims)
+        # The input gradient depends on the global statistics, so its two sums are global too;
+        # weight and bias gradients stay local: DDP averages them like any parameter gradient.
+        global_sums = torch.cat([local_sum_dy, local_sum_dy_xhat]).double()
+        dist.all_reduce(global_sums, group=ctx.group)
+        mean_dy = (global_sums[:channels] / ctx.total).to(grad_output.dtype).view(shape)
+        mean_dy_xhat = (global_sums[channels:] / ctx.total).to(grad_output.dtype).view(shape)
+        scale = invstd.view(shape) if weight is None else (weight * invstd).view(shape)
+        grad_input = scale * (grad_output - mean_dy - normalised * mean_dy_xhat)
+        grad_weight = local_sum_dy_xhat if weight is not None else None
+        grad_bias = local_sum_dy if weight is not None else None
+        return grad_input, grad_weight, grad_bias, None, None, None, None, None
+
+
+class CpuSyncBatchNorm(_BatchNorm):
+    """BatchNorm over the global batch of all ranks, for any backend (used on CPU/gloo).
+
+    In eval mode, or when no process group is running, it is ordinary BatchNorm. Its state
+    dict has BatchNorm's keys, so checkpoints load into the unconverted model.
+    """
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, process_group: Any = None) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats)
+        self.process_group = process_group
+
+    def _check_input_dim(self, input: torch.Tensor) -> None:
+        if input.dim() < 2:
+            raise ValueError(f"expected at least 2D input (got {input.dim()}D input)")
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        self._check_input_dim(input)
+        synchronise = self.training and dist.is_available() and dist.is_initialized() and dist.get_world_size(self.process_group) > 1
+        if not synchronise:
+            return super().forward(input)
+        momentum = self.momentum if self.momentum is not None else 0.1
+        if self.track_running_stats and self.num_batches_tracked is not None:
+            self.num_batches_tracked.add_(1)
+            if self.momentum is None:  # cumulative moving average, as BatchNorm does
+                momentum = 1.0 / float(self.num_batches_tracked)
+        running_mean = self.running_mean if self.track_running_stats else None
+        running_var = self.running_var if self.track_running_stats else None
+        return _GlobalBatchNorm.apply(input, self.weight, self.bias, running_mean, running_var,
+                                      self.eps, momentum, self.process_group)
+
+
+def has_batchnorm(model: nn.Module) -> bool:
+    """Whether ``model`` contains any BatchNorm layer."""
+    return any(isinstance(module, _BatchNorm) for module in model.modules())
+
+
+def _to_cpu_sync(module: nn.Module, process_group: Any) -> nn.Module:
+    converted: nn.Module = module
+    if isinstance(module, _BatchNorm) and not isinstance(module, CpuSyncBatchNorm):
+        converted = CpuSyncBatchNorm(module.num_features, module.eps, module.momentum, module.affine,
+                                     module.track_running_stats, process_group)
+        if module.affine:
+            with torch.no_grad():
+                converted.weight = module.weight
+                converted.bias = module.bias
+        if module.track_running_stats:
+            converted.running_mean = module.running_mean
+            converted.running_var = module.running_var
+            converted.num_batches_tracked = module.num_batches_tracked
+        converted.train(module.training)
+    for name, child in module.named_children():
+        converted.add_module(name, _to_cpu_sync(child, process_group))
+    return converted
+
+
+def convert_sync_batchnorm(model: nn.Module, device: torch.device, process_group: Any = None) -> nn.Module:
+    """Every BatchNorm of ``model`` synchronised over the ranks: torch's on CUDA, ours elsewhere."""
+    if device.type == "cuda":
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group)
+    return _to_cpu_sync(model, process_group)
