@@ -35,6 +35,7 @@ __all__ = [
     "read_weights",
     "atomic_torch_save",
     "atomic_write_bytes",
+    "atomic_link_or_copy",
     "torch_bytes",
     "download_weights",
     "sha256_of",
@@ -208,6 +209,29 @@ def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def atomic_link_or_copy(source: str | Path, path: str | Path) -> Path:
+    """Make ``path`` an independent name for ``source``'s current content, atomically.
+
+    A hard link costs nothing and stays valid when ``source`` is later replaced (``os.replace``
+    gives the new file a new inode); where links are not supported, the bytes are copied.
+    """
+    import shutil
+
+    source, path = Path(source), Path(path)
+    handle, temporary = _atomic_target(path)
+    os.close(handle)
+    try:
+        temporary.unlink()
+        try:
+            os.link(source, temporary)
+        except OSError:
+            shutil.copyfile(source, temporary)
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)

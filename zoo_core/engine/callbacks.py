@@ -11,7 +11,7 @@ import csv
 import logging
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from zoo_core.engine.results import EpochReport, TrainResult
 
@@ -90,6 +90,7 @@ class TensorBoardLogger(Callback):
 
 
 _LOGGERS = {"csv": CsvLogger, "tensorboard": TensorBoardLogger}
+_BUILTIN_LOGGERS = tuple(_LOGGERS.values())
 
 
 def make_loggers(names: Iterable[str]) -> list[Callback]:
@@ -107,9 +108,19 @@ class CallbackList:
                                if callable(getattr(callback, "on_optimizer_step", None))
                                and type(callback).on_optimizer_step is not Callback.on_optimizer_step]
 
-    def fire(self, event: str, *args: Any) -> None:
-        """Call ``event`` on each callback that defines it."""
-        for callback in self.callbacks:
+    def fire(self, event: str, *args: Any, before_user: Callable[[], None] | None = None) -> None:
+        """Call ``event`` on each callback that defines it: the built-in loggers first, then yours.
+
+        ``before_user`` runs once before the first user callback (the trainer waits there for the
+        checkpoint write, so your callbacks always find ``last.pt`` on disk).
+        """
+        builtin = [callback for callback in self.callbacks if isinstance(callback, _BUILTIN_LOGGERS)]
+        user = [callback for callback in self.callbacks if not isinstance(callback, _BUILTIN_LOGGERS)]
+        for index, callback in enumerate([*builtin, *user]):
             method = getattr(callback, event, None)
-            if callable(method):
-                method(*args)
+            if not callable(method):
+                continue
+            if before_user is not None and index >= len(builtin):
+                before_user()
+                before_user = None
+            method(*args)

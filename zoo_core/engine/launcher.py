@@ -97,7 +97,7 @@ def spawn_training(libre: "LibreYOLO", config: TrainConfig, plan: DevicePlan, *,
         batch = global_batch_from_probe(per_device, world_size, config.nbs)
     seed_everything(config.seed)
     model, names, num_classes = adapt_model_to_data(libre, spec)
-    meta = ModelMeta(libre.family, libre.size, libre.task, num_classes, names, libre.input_size, "", dict(libre.options))
+    meta = ModelMeta(libre.family, libre.size, libre.task, num_classes, names, image_size, "", dict(libre.options))
     encoded.update({
         "spec": pickle.dumps(spec),
         "batch": pickle.dumps(batch),
@@ -133,7 +133,7 @@ def spawn_training(libre: "LibreYOLO", config: TrainConfig, plan: DevicePlan, *,
     best = torch.load(result.best, map_location="cpu", weights_only=True)["model"]
     model.load_state_dict(best)
     libre.model, libre.names, libre.num_classes = model.eval(), names, num_classes
-    libre.weights_path = result.best
+    libre.input_size, libre.weights_path = image_size, result.best
     return result
 
 

@@ -32,6 +32,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from zoo_core.engine.autobatch import accumulation_steps, check_divisible, global_batch_from_probe, probe_batch_size
 from zoo_core.engine.callbacks import CallbackList, make_loggers
+from zoo_core.engine.checkpoint import CheckpointWriter
 from zoo_core.engine.config import RESUME_OVERRIDABLE, TrainConfig
 from zoo_core.engine.devices import resolve_device_plan
 from zoo_core.engine.distributed import DistributedContext, init_distributed, single_process_context, torchrun_environment
@@ -47,7 +48,7 @@ from zoo_core.run_dirs import next_run_dir
 from zoo_core.tasks import get_task
 from zoo_core.tasks.base import AugmentSettings, DataSpec, Task
 from zoo_core.tasks.runner import check_image_size
-from zoo_core.weights import ModelMeta, atomic_write_bytes, torch_bytes
+from zoo_core.weights import ModelMeta, torch_bytes
 
 if TYPE_CHECKING:
     from zoo_core.facade import LibreYOLO
@@ -183,9 +184,9 @@ def adapt_model_to_data(libre: "LibreYOLO", spec: DataSpec) -> tuple[nn.Module, 
         names = dict(spec.names) if spec.names else dict(libre.names)
         return copy.deepcopy(libre.model), names, libre.num_classes
     fresh = get_plugin_manager().build_model(libre.family, libre.size, spec.num_classes, libre.options)
-    current = libre.model.state_dict()
+    wanted = fresh.state_dict()
     transferable = {
-        key: value for key, value in current.items() if key in fresh.state_dict() and fresh.state_dict()[key].shape == value.shape
+        key: value for key, value in libre.model.state_dict().items() if key in wanted and wanted[key].shape == value.shape
     }
     fresh.load_state_dict(transferable, strict=False)
     return fresh, dict(spec.names), spec.num_classes
@@ -262,7 +263,7 @@ def run_rank(
         best_weights = trainer.shared_best_weights(result)
         model.load_state_dict(best_weights)
         libre.model, libre.names, libre.num_classes = model.cpu().eval(), names, num_classes
-        libre.weights_path = result.best
+        libre.input_size, libre.weights_path = image_size, result.best
         if on_result is not None and context.is_main:
             on_result(result)
         return result
@@ -300,6 +301,7 @@ class Trainer:
         self.best_metrics: dict[str, float] = {}
         self.last_metrics: dict[str, float] = {}
         self.optimizer_steps = 0
+        self.checkpoints = CheckpointWriter()
 
     # ----------------------------------------------------------------- set-up
     def _run_directory(self) -> Path:
@@ -411,8 +413,8 @@ class Trainer:
             scheduler.load_state_dict(self.checkpoint["scheduler"])
             if self.checkpoint.get("scaler"):
                 scaler.load_state_dict(self.checkpoint["scaler"])
-            if ema is not None and self.checkpoint.get("ema"):
-                ema.load_state_dict({"weights": self.checkpoint["ema"], "updates": self.checkpoint["ema_updates"]})
+            if ema is not None and self.checkpoint.get("ema_updates"):
+                ema.load_state_dict({"weights": self.checkpoint["model"], "updates": self.checkpoint["ema_updates"]})
             start_epoch = int(self.checkpoint["epoch"]) + 1
             self.best_fitness = self.checkpoint.get("best_fitness")
             self.best_epoch = self.checkpoint.get("best_epoch")
@@ -461,6 +463,7 @@ class Trainer:
             if stop:
                 stopped_early = epoch + 1 < config.epochs
                 break
+        self.checkpoints.wait()
         result = self._result(epoch + 1, stopped_early, weights_dir)
         if context.is_main:
             if config.plots:
@@ -571,13 +574,11 @@ class Trainer:
             )
             self.history.append(report.row())
             checkpoint = self._checkpoint(epoch, model, ema, optimizer, scheduler, scaler)
-            data = torch_bytes(checkpoint)
-            atomic_write_bytes(data, weights_dir / "last.pt")
-            if is_best or fitness is None:
-                atomic_write_bytes(data, weights_dir / "best.pt")
+            copies = [weights_dir / "best.pt"] if is_best or fitness is None else []
             if config.save_period > 0 and (epoch + 1) % config.save_period == 0:
-                atomic_write_bytes(data, weights_dir / f"epoch{epoch + 1}.pt")
-            callbacks.fire("on_epoch_end", report)
+                copies.append(weights_dir / f"epoch{epoch + 1}.pt")
+            self.checkpoints.submit(torch_bytes(checkpoint), weights_dir / "last.pt", copies)
+            callbacks.fire("on_epoch_end", report, before_user=self.checkpoints.wait)
             console(
                 context, config,
                 f"epoch {epoch + 1}/{config.epochs}  " + "  ".join(f"{name} {value:.4f}" for name, value in losses.items())
@@ -608,10 +609,10 @@ class Trainer:
                     scheduler: Any, scaler: torch.amp.GradScaler) -> dict[str, Any]:
         train_weights = _cpu_state(model)
         return {
+            # The deployable weights: the EMA when there is one (resume restores the EMA from here).
             "model": _cpu_state(ema.module) if ema is not None else train_weights,
             "meta": self.meta.to_dict(),
             "train_model": train_weights,
-            "ema": _cpu_state(ema.module) if ema is not None else None,
             "ema_updates": ema.updates if ema is not None else 0,
             "optimizer": optimizer.state_dict(),
             "scheduler": scheduler.state_dict(),
@@ -664,7 +665,8 @@ _STOP_DIVERGED = 2
 
 
 def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {key: value.detach().cpu().clone() for key, value in model.state_dict().items()}
+    # Serialised right away, so no copy is needed beyond moving off the accelerator.
+    return {key: value.detach().cpu() for key, value in model.state_dict().items()}
 
 
 def _format_metrics(metrics: dict[str, float]) -> str:
