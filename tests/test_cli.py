@@ -39,3 +39,29 @@ def test_plugins_lists_builtins_with_the_zoo_distribution(capsys):
     assert main(["plugins", "--json"]) == 0
     records = {item["plugin"]: item for item in json.loads(capsys.readouterr().out)}
     assert records["resnet"]["distribution"] == "zoo" and records["resnet"]["families"] == ["resnet"]
+
+
+def test_train_val_and_predict_from_the_command_line(tmp_path, capsys):
+    from .engine_support import use_test_families, write_class_folders
+
+    use_test_families()
+    data = write_class_folders(tmp_path / "data")
+    assert main(["train", "tinynet-s", "--data", str(data), "--epochs", "1", "--imgsz", "32", "--device", "cpu",
+                 "--workers", "0", "batch=8", "plots=false", "verbose=false"]) == 0
+    output = capsys.readouterr().out
+    assert "metrics: top1" in output and "run directory: runs/classify/train" in output
+    best = "runs/classify/train/weights/best.pt"
+    assert main(["val", best, "--data", str(data), "--workers", "0"]) == 0
+    assert "top1" in capsys.readouterr().out
+    assert main(["predict", best, str(data / "val" / "c0"), "--save"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 4 and all("c0" in line or "c1" in line for line in lines)
+    assert len(list((tmp_path / "runs" / "classify" / "predict").iterdir())) == 4
+
+
+def test_train_rejects_words_that_are_not_key_value(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit):
+        main(["train", "resnet18", "--data", "x", "lr0"])
+    assert "'lr0' is not a flag or key=value" in capsys.readouterr().err

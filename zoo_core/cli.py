@@ -277,6 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     # key=value training overrides may follow or precede the flags, so collect them wherever they are.
     arguments, extra = parser.parse_known_args(argv)
     leftovers = [word for word in extra if "=" not in word or word.startswith("-")]
+    if arguments.command == "train" and leftovers and not leftovers[0].startswith("-"):
+        parser.error(f"{leftovers[0]!r} is not a flag or key=value (training arguments look like lr0=0.001)")
     if leftovers or (extra and arguments.command != "train"):
         parser.error(f"unrecognized arguments: {' '.join(leftovers or extra)}")
     if extra:
