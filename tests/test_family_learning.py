@@ -1,0 +1,95 @@
+"""The reference families learn through the engine, and train under spawn (issue 5).
+
+Each overfit test trains the smallest size through ``LibreYOLO.train`` on a small fixed sample of
+the built-in ``shapes`` set and validates on the same images with ``LibreYOLO.val``: a family
+whose architecture, loss or postprocess were wrong could not reach the score. Each spawn test
+runs one epoch on two CPU ranks and checks the returned metrics.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from zoo_core.data.shapes import SHAPES_CLASSES, materialize_shapes, shapes
+from zoo_core.facade import LibreYOLO
+
+pytestmark = pytest.mark.timeout(600)
+
+OVERFIT = dict(device="cpu", workers=0, augment=False, val=False, warmup_epochs=0, patience=0,
+               plots=False, verbose=False)
+
+
+def sample_on_itself(tmp_path: Path, task: str, *, images: int, size: int) -> Path:
+    """A dataset YAML whose validation split is its training split: ``images`` shapes scenes."""
+    root = materialize_shapes(shapes(num_train=images, num_val=2, image_size=size, seed=0))
+    layouts = {
+        "detect": {"train": "images/train", "val": "images/train", "names": list(SHAPES_CLASSES)},
+        "semantic": {
+            "train": {"images": "images/train", "masks": "masks/train"},
+            "val": {"images": "images/train", "masks": "masks/train"},
+            "names": ["background", *SHAPES_CLASSES],
+        },
+        "restore": {"train": "images/train", "val": "images/train", "degradation": {"scale": 1, "noise": 25.0}},
+    }
+    path = tmp_path / f"{task}-sample.yaml"
+    path.write_text(yaml.safe_dump({"path": str(root), **layouts[task]}))
+    return path
+
+
+def test_yolo9_t_overfits_a_fixed_sample_to_a_high_map(tmp_path):
+    data = sample_on_itself(tmp_path, "detect", images=32, size=128)
+    torch.manual_seed(0)
+    model = LibreYOLO("yolo9-t")
+    model.train(data=str(data), epochs=50, batch=8, imgsz=128, nbs=8, optimizer="AdamW", lr0=0.003, mosaic=0.0,
+                close_mosaic=0, **OVERFIT)
+    metrics = model.val(data=str(data), batch=8, imgsz=128, workers=0)
+    print(f"yolo9-t on its 32 training scenes: {metrics}")
+    assert metrics["mAP50"] > 0.8 and metrics["mAP50-95"] > 0.6
+    first = yaml.safe_load(data.read_text())["path"] + "/images/train/000000.png"
+    (result,) = model.predict(first, save=True, conf=0.5)
+    truth = [line.split()[0] for line in Path(first.replace("images", "labels").replace(".png", ".txt")).read_text().splitlines()]
+    assert sorted(result.labels.tolist()) == sorted(int(label) for label in truth)
+    assert result.save_path is not None and result.save_path.is_file()
+
+
+def test_unet_s_overfits_a_fixed_sample_far_above_the_untrained_model(tmp_path):
+    data = sample_on_itself(tmp_path, "semantic", images=4, size=64)
+    torch.manual_seed(0)
+    model = LibreYOLO("unet-s", num_classes=5)
+    untrained = model.val(data=str(data), batch=4, imgsz=64, workers=0)
+    # ema=False: 40 steps are too few for an average to catch up, and each checkpoint is 2 copies lighter.
+    model.train(data=str(data), epochs=40, batch=4, imgsz=64, nbs=4, optimizer="AdamW", lr0=0.001, ema=False, **OVERFIT)
+    metrics = model.val(data=str(data), batch=4, imgsz=64, workers=0)
+    print(f"unet-s on its 4 training scenes: {metrics} (untrained: {untrained})")
+    assert metrics["pixel_acc"] > 0.9 and metrics["mIoU"] > 0.45 and metrics["mIoU"] > 3 * untrained["mIoU"]
+    (result,) = model.predict(yaml.safe_load(data.read_text())["path"] + "/images/train/000000.png", save=True)
+    assert result.mask.shape == (64, 64) and result.save_path.is_file()
+
+
+def test_nafnet_s_overfits_a_fixed_sample_well_above_the_degraded_input(tmp_path):
+    data = sample_on_itself(tmp_path, "restore", images=8, size=32)
+    torch.manual_seed(0)
+    model = LibreYOLO("nafnet-s")
+    model.train(data=str(data), epochs=20, batch=4, imgsz=32, nbs=4, lr0=0.002, ema=False, **OVERFIT)
+    metrics = model.val(data=str(data), batch=4, imgsz=32, workers=0)
+    print(f"nafnet-s on its 8 training scenes: {metrics}")
+    assert metrics["psnr"] > metrics["psnr_input"] + 3.0
+    (result,) = model.predict(yaml.safe_load(data.read_text())["path"] + "/images/train/000000.png", save=True)
+    assert tuple(result.image.shape) == (3, 32, 32) and result.save_path.is_file()
+
+
+@pytest.mark.parametrize(
+    ("name", "imgsz", "expected"),
+    [("yolo9-t", 64, "mAP50-95"), ("unet-s", 64, "mIoU"), ("nafnet-s", 32, "psnr")],
+)
+def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks(name, imgsz, expected):
+    model = LibreYOLO(name)
+    result = model.train(data=shapes(num_train=8, num_val=4, image_size=64, seed=1), device="cpu,cpu", epochs=1,
+                         batch=4, imgsz=imgsz, workers=0, nbs=4, plots=False, verbose=False)
+    assert result.world_size == 2 and result.epochs_completed == 1
+    assert expected in result.metrics and result.metrics[expected] == result.metrics[expected]  # present, not NaN
+    assert result.best.is_file() and model.weights_path == result.best
