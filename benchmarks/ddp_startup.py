@@ -1,0 +1,99 @@
+"""Seconds to the first optimizer step: spawn (``device="cpu,cpu"``) against torchrun, same model.
+
+Both launches start from a shell command, as a user would, and stop the clock at rank 0's first
+optimizer step (the ``on_optimizer_step`` callback). Reported twice: from the command's start
+(what the user waits for) and from the ``train()`` call (for spawn this includes starting the
+workers; for torchrun the ranks already exist). Target: spawn no slower than torchrun.
+
+    .venv/bin/python benchmarks/ddp_startup.py [--repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SCRIPT = '''
+import os, sys, time
+from zoo_core import LibreYOLO
+from zoo_core.engine.callbacks import Callback
+
+
+class FirstStep(Callback):
+    def __init__(self, path):
+        self.path = path
+    def on_optimizer_step(self, step):
+        if step == 1:
+            with open(self.path, "a") as stream:
+                stream.write(f"first_step {time.time()}\\n")
+
+
+if __name__ == "__main__":
+    timings, device = sys.argv[1], sys.argv[2]
+    model = LibreYOLO("resnet18")
+    if os.environ.get("RANK", "0") == "0":
+        with open(timings, "a") as stream:
+            stream.write(f"train_called {time.time()}\\n")
+    model.train(data="data", device=device, epochs=1, batch=8, imgsz=32, workers=0, nbs=8, val=False,
+                plots=False, verbose=False, callbacks=[FirstStep(timings)])
+'''
+
+
+def write_dataset(root: Path) -> None:
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for split in ("train", "val"):
+        for index in range(2):
+            folder = root / split / f"class{index}"
+            folder.mkdir(parents=True, exist_ok=True)
+            for item in range(8):
+                Image.fromarray((rng.random((32, 32, 3)) * 255).astype(np.uint8)).save(folder / f"{item}.png")
+
+
+def launch(command: list[str], workdir: Path, timings: Path) -> tuple[float, float]:
+    timings.unlink(missing_ok=True)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    started = time.time()
+    subprocess.run(command, cwd=workdir, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    events = dict(line.split() for line in timings.read_text().splitlines())
+    first_step = float(events["first_step"])
+    return first_step - started, first_step - float(events["train_called"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeats", type=int, default=3)
+    arguments = parser.parse_args()
+    workdir = Path(tempfile.mkdtemp(prefix="zoo-startup-"))
+    write_dataset(workdir / "data")
+    (workdir / "train.py").write_text(SCRIPT)
+    timings = workdir / "timings.txt"
+    commands = {
+        "spawn (device='cpu,cpu')": [sys.executable, "train.py", str(timings), "cpu,cpu"],
+        "torchrun --nproc_per_node=2": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                        "--master_port=29517", "train.py", str(timings), "cpu"],
+    }
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    for _ in range(arguments.repeats):  # alternate, so drift in machine load hits both alike
+        for name, command in commands.items():
+            samples[name].append(launch(command, workdir, timings))
+    medians = {}
+    for name, values in samples.items():
+        from_command = statistics.median(value[0] for value in values)
+        from_train = statistics.median(value[1] for value in values)
+        medians[name] = from_command
+        print(f"{name:30s} first step {from_command:6.2f} s after the command, {from_train:6.2f} s after train()")
+    spawn, torchrun = medians.values()
+    print(f"ratio spawn / torchrun (from the command) = {spawn / torchrun:.3f}  (target <= 1.0)")
+
+
+if __name__ == "__main__":
+    main()
