@@ -15,6 +15,7 @@ import signal
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 from torch import nn
 
 from zoo_core import hookimpl
@@ -65,6 +66,9 @@ class TinyNet(nn.Module):
             digest = hashlib.sha256(images.detach().cpu().numpy().tobytes()).hexdigest()[:16]
             with open(Path(trace_dir) / f"rank{rank}.txt", "a", encoding="utf-8") as stream:
                 stream.write(f"{type(self.body[1]).__name__} {digest}\n")
+            if self.steps == 1 and dist.is_initialized():  # the process group's collective timeout (E11)
+                backend = dist.group.WORLD._get_backend(images.device)
+                (Path(trace_dir) / f"timeout{rank}.txt").write_text(str(backend.options._timeout.total_seconds()))
 
     def loss(self, outputs: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
         loss = nn.functional.cross_entropy(outputs, batch["labels"])

@@ -159,11 +159,12 @@ def test_e7_e17_autobatch_and_data_are_resolved_in_the_parent(data, monkeypatch)
 
 
 # --------------------------------------------------------------------------- E8 (family default), E12
-def test_e8_e12_sync_bn_follows_the_family_default_and_small_batches_warn_once(data, tmp_path, capfd):
+def test_e8_e11_e12_sync_bn_default_warning_timeout_and_ddp_off_switches(data, tmp_path, capfd):
     trace = tmp_path / "trace"
     trace.mkdir()
     model = LibreYOLO("tinynet-s", options={"trace_dir": str(trace)})
-    model.train(data=str(data), device="cpu,cpu", cuda_graph=True, profile=True, **{**FAST, "verbose": True})
+    model.train(data=str(data), device="cpu,cpu", cuda_graph=True, profile=True, ddp_timeout=123, **{**FAST, "verbose": True})
+    assert (trace / "timeout1.txt").read_text() == "123.0"  # E11: the configured process-group timeout
     output = capfd.readouterr()
     assert output.err.count("sync_bn is off and each rank trains at batch 4") == 1
     assert output.out.count("cuda_graph=True is not used under DDP; training eagerly") == 1

@@ -64,7 +64,7 @@ def build_optimizer(model: nn.Module, name: str, lr: float, momentum: float, wei
         {"params": groups.biases, "weight_decay": 0.0},
     ]
     if name == "SGD":
-        return torch.optim.SGD(param_groups, lr=lr, momentum=momentum, nesterov=True)
+        return torch.optim.SGD(param_groups, lr=lr, momentum=momentum, nesterov=momentum > 0)
     if name == "AdamW":
         return torch.optim.AdamW(param_groups, lr=lr, betas=(momentum, 0.999))
     raise ValueError(f"optimizer {name!r} is not one of SGD, AdamW")

@@ -1,0 +1,85 @@
+"""One-device training: outputs, loggers, profiler trace, stop guards and resume errors."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+import torch
+
+from zoo_core.errors import ResumeError, TrainConfigError, TrainingDivergedError
+from zoo_core.facade import LibreYOLO
+
+from .engine_support import use_test_families, write_class_folders
+
+pytestmark = pytest.mark.timeout(180)
+
+FAST = dict(epochs=2, batch=8, imgsz=32, workers=0, nbs=8, device="cpu", verbose=False)
+
+
+@pytest.fixture(autouse=True)
+def _families() -> None:
+    use_test_families()
+
+
+@pytest.fixture
+def data(tmp_path: Path) -> Path:
+    return write_class_folders(tmp_path / "data")
+
+
+def test_a_run_writes_what_people_expect(data, capsys):
+    model = LibreYOLO("tinynet-s")
+    result = model.train(data=str(data), loggers=["csv", "tensorboard"], **{**FAST, "verbose": True})
+    run = result.run_dir
+    assert {path.name for path in run.iterdir()} >= {"results.csv", "results.png", "args.yaml", "weights"}
+    assert list(run.glob("events.out.tfevents.*")), "the tensorboard logger wrote nothing"
+    rows = list(csv.DictReader((run / "results.csv").open()))
+    assert [row["epoch"] for row in rows] == ["1", "2"] and {"train/loss", "metrics/top1", "lr"} <= set(rows[0])
+    assert len(result.history) == 2 and result.metrics["top1"] == result.best_fitness
+    printed = capsys.readouterr().out
+    assert printed.count("epoch 1/2  loss") == 1 and f"-> {run}" in printed
+    checkpoint = torch.load(result.last, map_location="cpu", weights_only=True)
+    assert {"model", "train_model", "optimizer", "scheduler", "epoch", "config", "meta", "history"} <= set(checkpoint)
+    assert LibreYOLO(result.best).names == {0: "c0", 1: "c1"}
+
+
+def test_profile_on_one_device_writes_a_trace(data):
+    result = LibreYOLO("tinynet-s").train(data=str(data), profile=True, **FAST)
+    assert (result.run_dir / "profile_trace.json").stat().st_size > 0
+
+
+def test_a_diverging_loss_stops_with_a_clear_error(data):
+    model = LibreYOLO("tinynet-s")
+    with pytest.raises(TrainingDivergedError, match="NaN or infinite in epoch 1; lower lr0"):
+        model.train(data=str(data), optimizer="SGD", lr0=1e30, momentum=0.0, max_grad_norm=None, warmup_epochs=0, **FAST)
+
+
+def test_the_time_limit_stops_after_the_first_epoch(data):
+    result = LibreYOLO("tinynet-s").train(data=str(data), time=1e-9, **{**FAST, "epochs": 5})
+    assert result.epochs_completed == 1 and result.stopped_early
+
+
+def test_resume_errors_say_what_to_do(data):
+    model = LibreYOLO("tinynet-s")
+    with pytest.raises(ResumeError, match="resume=True found no checkpoint"):
+        model.train(resume=True)
+    with pytest.raises(ResumeError, match="no such checkpoint file"):
+        model.train(resume="runs/nothing/last.pt")
+    finished = model.train(data=str(data), **FAST)
+    with pytest.raises(ResumeError, match="finished all 2 epochs"):
+        LibreYOLO(finished.last).train(resume=True)
+    with pytest.raises(ResumeError, match="'lr0' differ"):
+        LibreYOLO(finished.last).train(resume=True, lr0=0.5)
+    with pytest.raises(TrainConfigError, match="unknown training argument 'epoch'"):
+        model.train(data=str(data), epoch=3)
+
+
+def test_classes_follow_the_data_and_the_callers_model_changes_only_on_success(data, tmp_path):
+    model = LibreYOLO("tinynet-s", num_classes=5)
+    assert model.num_classes == 5
+    with pytest.raises(Exception):
+        model.train(data=str(tmp_path / "missing"), **FAST)
+    assert model.num_classes == 5
+    model.train(data=str(data), **FAST)
+    assert model.num_classes == 2 and model.names == {0: "c0", 1: "c1"} and model.input_size == 32
