@@ -8,7 +8,7 @@ memory is not the limit, and it returns ``CPU_DEFAULT_BATCH`` images per device.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from zoo_core.errors import BatchSizeError
 

@@ -33,16 +33,17 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from zoo_core.engine.autobatch import accumulation_steps, check_divisible, global_batch_from_probe, probe_batch_size
 from zoo_core.engine.callbacks import CallbackList, make_loggers
 from zoo_core.engine.checkpoint import CheckpointWriter
-from zoo_core.engine.config import RESUME_OVERRIDABLE, TrainConfig
+from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.devices import resolve_device_plan
 from zoo_core.engine.distributed import DistributedContext, init_distributed, single_process_context, torchrun_environment
 from zoo_core.engine.ema import ModelEMA
 from zoo_core.engine.optim import WarmupPlan, auto_optimizer, build_optimizer, lr_factor
 from zoo_core.engine.plotting import plot_results
+from zoo_core.engine.resume import config_for_resume, find_resume_checkpoint, read_training_checkpoint
 from zoo_core.engine.results import EpochReport, TrainResult
 from zoo_core.engine.seeding import loader_generator, loader_seed, seed_everything, seed_worker
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
-from zoo_core.errors import ResumeError, SpawnGuardError, TrainingDivergedError
+from zoo_core.errors import SpawnGuardError, TrainingDivergedError
 from zoo_core.plugin_manager import get_plugin_manager
 from zoo_core.run_dirs import next_run_dir
 from zoo_core.tasks import get_task
@@ -121,57 +122,6 @@ def _is_cpu_request(device: Any) -> bool:
     if isinstance(device, (list, tuple)):
         return bool(device) and all(str(part).strip().lower() == "cpu" for part in device)
     return False
-
-
-# --------------------------------------------------------------------------- resume
-def find_resume_checkpoint(libre: "LibreYOLO", resume: Any, project: str | Path = "runs") -> Path | None:
-    """The checkpoint ``resume=`` points at: a path, or (True) the model's own ``last.pt`` or the newest run's."""
-    if resume in (False, None, "", "false", "False"):
-        return None
-    if isinstance(resume, (str, Path)) and str(resume) not in ("true", "True"):
-        path = Path(resume)
-        if not path.is_file():
-            raise ResumeError(f"resume={str(resume)!r}: no such checkpoint file; give the path of a run's weights/last.pt")
-        return path
-    if resume is not True and str(resume) not in ("true", "True"):
-        raise ResumeError(f"resume={resume!r}: use True (continue the model's own or the newest run) or a path to a last.pt")
-    if libre.weights_path is not None and libre.weights_path.suffix == ".pt":
-        return libre.weights_path
-    candidates = sorted(Path(project).glob(f"{libre.task}/*/weights/last.pt"), key=lambda path: path.stat().st_mtime)
-    if not candidates:
-        raise ResumeError(
-            f"resume=True found no checkpoint: {libre!r} was not loaded from a last.pt and "
-            f"{Path(project) / libre.task}/*/weights/last.pt matches nothing; pass resume='path/to/last.pt'"
-        )
-    return candidates[-1]
-
-
-def read_training_checkpoint(path: Path) -> dict[str, Any]:
-    """A training checkpoint (``weights_only=True``); ``ResumeError`` if it cannot be resumed."""
-    from zoo_core.weights import read_checkpoint
-
-    _, _, checkpoint = read_checkpoint(path)
-    missing = [key for key in ("optimizer", "epoch", "config", "train_model", "run_dir") if key not in checkpoint]
-    if missing:
-        raise ResumeError(f"{path} is not a resumable training checkpoint (missing {', '.join(missing)}); resume from a run's weights/last.pt")
-    return checkpoint
-
-
-def config_for_resume(path: Path, kwargs: dict[str, Any]) -> TrainConfig:
-    """The checkpoint's arguments, with the few a resume may change (device, workers...) taken from ``kwargs``."""
-    checkpoint = read_training_checkpoint(path)
-    saved = dict(checkpoint["config"])
-    changed = [key for key, value in kwargs.items() if key not in RESUME_OVERRIDABLE and saved.get(key, value) != value]
-    if changed:
-        raise ResumeError(
-            f"resume continues the run with its saved arguments; {', '.join(map(repr, changed))} differ. "
-            f"Only {', '.join(sorted(RESUME_OVERRIDABLE))} may change when resuming"
-        )
-    overrides = {key: value for key, value in kwargs.items() if key in RESUME_OVERRIDABLE}
-    config = TrainConfig.build({**saved, **overrides, "resume": str(path)}, source=str(path))
-    if int(checkpoint["epoch"]) + 1 >= config.epochs:
-        raise ResumeError(f"{path} finished all {config.epochs} epochs; nothing to resume. Start a new run (resume=False) to train further")
-    return config
 
 
 # --------------------------------------------------------------------------- one rank
@@ -407,7 +357,6 @@ class Trainer:
         # The EMA starts after DDP has broadcast rank 0's weights, so every rank averages the same thing.
         ema = ModelEMA(model, config.ema_decay, config.ema_tau) if config.ema else None
         start_epoch = 0
-        patience_reference = 0
         if self.checkpoint is not None:
             optimizer.load_state_dict(self.checkpoint["optimizer"])
             scheduler.load_state_dict(self.checkpoint["scheduler"])
