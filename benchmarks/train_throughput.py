@@ -15,7 +15,6 @@ import os
 import statistics
 import tempfile
 import time
-from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader

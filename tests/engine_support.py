@@ -54,6 +54,20 @@ def run_script(path: Path, *args: str, timeout: float = 240, env: dict[str, str]
     return subprocess.run(command, cwd=path.parent, env=env or script_environment(), capture_output=True, text=True, timeout=timeout)
 
 
+def run_concurrently(commands: list[list[str]], cwd: Path, env: dict[str, str], timeout: float = 240) -> list[tuple[int, str]]:
+    """Start every command at once, wait for all; ``(return code, output)`` each. None outlives the call."""
+    processes = [subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for command in commands]
+    try:
+        outputs = [process.communicate(timeout=timeout)[0] for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    return [(process.returncode, output) for process, output in zip(processes, outputs)]
+
+
 def torchrun_command(*options: str) -> list[str]:
     """``python -m torch.distributed.run`` with ``options`` (the torchrun console script, portably)."""
     return [sys.executable, "-m", "torch.distributed.run", *options]

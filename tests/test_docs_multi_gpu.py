@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO_ROOT
-from .engine_support import script_environment
+from .engine_support import run_concurrently, script_environment
 from .markdown_blocks import code_blocks
 
 pytestmark = pytest.mark.timeout(900)
@@ -40,16 +40,8 @@ def test_the_page_runs_top_to_bottom(tmp_path):
         if block.language == "python" and block.title == "train.py":
             continue  # launched by torchrun below
         if block.title == "multinode.sh":
-            nodes = [subprocess.Popen(["bash", "-c", line], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                                      stderr=subprocess.STDOUT, text=True)
-                     for line in block.code.strip().splitlines()]
-            try:
-                results = [node.communicate(timeout=300)[0] for node in nodes]
-            finally:
-                for node in nodes:
-                    if node.poll() is None:
-                        node.kill()
-            assert [node.returncode for node in nodes] == [0, 0], "\n".join(results)
+            nodes = run_concurrently([["bash", "-c", line] for line in block.code.strip().splitlines()], tmp_path, env, 300)
+            assert [code for code, _ in nodes] == [0, 0], "\n".join(output for _, output in nodes)
             continue
         command = [sys.executable, block.title] if block.language == "python" else ["bash", block.title]
         result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .engine_support import alive, children_of, run_script, script_environment, write_class_folders
+from .engine_support import alive, children_of, run_concurrently, run_script, script_environment, write_class_folders
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -112,16 +112,8 @@ if __name__ == "__main__":
     result = LibreYOLO("tinynet-s").train(device="cpu,cpu", name=sys.argv[1], **SETTINGS)
     print("finished", result.run_dir)
 """)
-    runs = [
-        subprocess.Popen([sys.executable, str(script), name], cwd=workspace, env=script_environment(),
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        for name in ("first", "second")
-    ]
-    try:
-        outputs = [run.communicate(timeout=200)[0] for run in runs]
-    finally:
-        for run in runs:
-            if run.poll() is None:
-                run.kill()
-    assert [run.returncode for run in runs] == [0, 0], "\n".join(outputs)
+    runs = run_concurrently([[sys.executable, str(script), name] for name in ("first", "second")], workspace,
+                            script_environment(), timeout=200)
+    outputs = [output for _, output in runs]
+    assert [code for code, _ in runs] == [0, 0], "\n".join(outputs)
     assert "finished runs/classify/first" in outputs[0] and "finished runs/classify/second" in outputs[1]

@@ -14,7 +14,7 @@ import torch
 
 from zoo_core.engine.distributed import find_free_port
 
-from .engine_support import run_script, torchrun_command, write_class_folders
+from .engine_support import run_concurrently, run_script, script_environment, torchrun_command, write_class_folders
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -102,26 +102,13 @@ def test_e2_torchrun_trains_without_spawning(workspace):
 
 
 def test_e2_two_node_launch_on_loopback_trains_and_agrees(workspace):
-    import subprocess
-
-    from .engine_support import script_environment
-
     port = find_free_port()
-    nodes = [
-        subprocess.Popen(
-            [*torchrun_command("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
-                               f"--master_port={port}"), "train.py", "nodes", "data", "out"],
-            cwd=workspace, env=script_environment(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-        )
-        for node in (0, 1)
-    ]
-    try:
-        outputs = [node.communicate(timeout=240)[0] for node in nodes]
-    finally:
-        for node in nodes:
-            if node.poll() is None:
-                node.kill()
-    assert [node.returncode for node in nodes] == [0, 0], "\n".join(outputs)
+    nodes = run_concurrently(
+        [[*torchrun_command("--nnodes=2", f"--node_rank={node}", "--nproc_per_node=1", "--master_addr=127.0.0.1",
+                            f"--master_port={port}"), "train.py", "nodes", "data", "out"] for node in (0, 1)],
+        workspace, script_environment(),
+    )
+    assert [code for code, _ in nodes] == [0, 0], "\n".join(output for _, output in nodes)
     rank0, rank1 = reports(workspace, "nodes")
     assert rank0["env_world_size"] == "2" and rank0["world_size"] == 2
     assert rank0["digest"] == rank1["digest"]
