@@ -1,18 +1,39 @@
 """Checkpoint writing off the training thread (DESIGN.md E16: atomic, never half a file).
 
-The checkpoint is serialised on the training thread — a consistent snapshot — and the bytes are
-written by a background thread: temp file, fsync, ``os.replace``, then hard links for
-``best.pt``/``epochN.pt``. Disk time (hundreds of MB for large models) overlaps the next epoch.
+The training thread takes a snapshot (every tensor copied to the CPU, so training may go on
+changing the originals); a background thread serialises it and writes it: temp file, fsync,
+``os.replace``, then hard links for ``best.pt``/``epochN.pt``. Serialisation and disk time
+(hundreds of MB for large models) overlap the next epoch.
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
-from zoo_core.weights import atomic_link_or_copy, atomic_write_bytes
+import torch
 
-__all__ = ["CheckpointWriter"]
+from zoo_core.weights import atomic_link_or_copy, atomic_write_bytes, torch_bytes
+
+__all__ = ["CheckpointWriter", "snapshot"]
+
+
+def snapshot(value: Any, _copies: dict[int, torch.Tensor] | None = None) -> Any:
+    """A copy of ``value`` whose tensors are detached CPU copies (containers copied, scalars shared).
+
+    A tensor reached twice is copied once, so torch.save still stores it once.
+    """
+    copies = {} if _copies is None else _copies
+    if isinstance(value, torch.Tensor):
+        if id(value) not in copies:
+            copies[id(value)] = value.detach().to("cpu", copy=True)
+        return copies[id(value)]
+    if isinstance(value, dict):
+        return {key: snapshot(item, copies) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(snapshot(item, copies) for item in value)
+    return value
 
 
 class CheckpointWriter:
@@ -22,13 +43,13 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
 
-    def submit(self, data: bytes, last: Path, also: list[Path]) -> None:
-        """Write ``data`` to ``last`` atomically, then give each path of ``also`` the same content."""
+    def submit(self, checkpoint: dict[str, Any], last: Path, also: list[Path]) -> None:
+        """Write ``checkpoint`` (a ``snapshot``) to ``last`` atomically, then link each path of ``also`` to it."""
         self.wait()
 
         def write() -> None:
             try:
-                atomic_write_bytes(data, last)
+                atomic_write_bytes(torch_bytes(checkpoint), last)
                 for path in also:
                     atomic_link_or_copy(last, path)
             except BaseException as error:  # surfaced by wait()

@@ -32,7 +32,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from zoo_core.engine.autobatch import accumulation_steps, check_divisible, global_batch_from_probe, probe_batch_size
 from zoo_core.engine.callbacks import CallbackList, make_loggers
-from zoo_core.engine.checkpoint import CheckpointWriter
+from zoo_core.engine.checkpoint import CheckpointWriter, snapshot
 from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.devices import resolve_device_plan
 from zoo_core.engine.distributed import DistributedContext, init_distributed, single_process_context, torchrun_environment
@@ -49,7 +49,7 @@ from zoo_core.run_dirs import next_run_dir
 from zoo_core.tasks import get_task
 from zoo_core.tasks.base import AugmentSettings, DataSpec, Task
 from zoo_core.tasks.runner import check_image_size
-from zoo_core.weights import ModelMeta, torch_bytes
+from zoo_core.weights import ModelMeta
 
 if TYPE_CHECKING:
     from zoo_core.facade import LibreYOLO
@@ -526,7 +526,7 @@ class Trainer:
             copies = [weights_dir / "best.pt"] if is_best or fitness is None else []
             if config.save_period > 0 and (epoch + 1) % config.save_period == 0:
                 copies.append(weights_dir / f"epoch{epoch + 1}.pt")
-            self.checkpoints.submit(torch_bytes(checkpoint), weights_dir / "last.pt", copies)
+            self.checkpoints.submit(snapshot(checkpoint), weights_dir / "last.pt", copies)
             callbacks.fire("on_epoch_end", report, before_user=self.checkpoints.wait)
             console(
                 context, config,
@@ -614,8 +614,8 @@ _STOP_DIVERGED = 2
 
 
 def _cpu_state(model: nn.Module) -> dict[str, torch.Tensor]:
-    # Serialised right away, so no copy is needed beyond moving off the accelerator.
-    return {key: value.detach().cpu() for key, value in model.state_dict().items()}
+    # Tensors are copied by snapshot() before the background write; here only detach.
+    return {key: value.detach() for key, value in model.state_dict().items()}
 
 
 def _format_metrics(metrics: dict[str, float]) -> str:
