@@ -156,7 +156,7 @@ def init_distributed(device: "torch.device", timeout_seconds: float) -> Distribu
 
 
 def find_free_port() -> int:
-    """A TCP port that is free on 127.0.0.1 right now (the OS picks it; never 0.0.0.0)."""
+    """A TCP port that is free on 127.0.0.1 right now (the OS picks it; loopback only, never all interfaces)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((LOOPBACK, 0))
         return int(probe.getsockname()[1])
