@@ -34,7 +34,7 @@ from zoo_core.engine.autobatch import accumulation_steps, check_divisible, globa
 from zoo_core.engine.callbacks import CallbackList, make_loggers
 from zoo_core.engine.checkpoint import CheckpointWriter, snapshot
 from zoo_core.engine.config import TrainConfig
-from zoo_core.engine.devices import resolve_device_plan
+from zoo_core.engine.devices import parse_device, resolve_device_plan
 from zoo_core.engine.distributed import DistributedContext, init_distributed, single_process_context, torchrun_environment
 from zoo_core.engine.ema import ModelEMA
 from zoo_core.engine.optim import WarmupPlan, auto_optimizer, build_optimizer, lr_factor
@@ -93,9 +93,9 @@ def train(libre: "LibreYOLO", **kwargs: Any) -> TrainResult:
     else:
         config = TrainConfig.build(kwargs, defaults=get_plugin_manager().family(libre.family).train_defaults)
     if torchrun_environment():
-        plan = resolve_device_plan(config.device if _is_cpu_request(config.device) else "auto")
-        local_rank = int(os.environ["LOCAL_RANK"])
-        device = torch.device("cpu") if plan.kind == "cpu" else torch.device("cuda", local_rank)
+        # torchrun owns the processes: each rank takes cuda:LOCAL_RANK, or the CPU when asked (E2).
+        on_cpu = parse_device(config.device).kind == "cpu" or not torch.cuda.is_available()
+        device = torch.device("cpu") if on_cpu else torch.device("cuda", int(os.environ["LOCAL_RANK"]))
         return run_rank(libre, config, device=device, resume_from=resume_from)
     plan = resolve_device_plan(config.device)
     if plan.multi_device:
@@ -114,14 +114,6 @@ def raise_guard_error() -> None:
         with contextlib.suppress(OSError):
             record_worker_error(Path(error_directory), None, SpawnGuardError(GUARD_MESSAGE))
     raise SpawnGuardError(GUARD_MESSAGE)
-
-
-def _is_cpu_request(device: Any) -> bool:
-    if isinstance(device, str):
-        return all(part.strip().lower() == "cpu" for part in device.split(","))
-    if isinstance(device, (list, tuple)):
-        return bool(device) and all(str(part).strip().lower() == "cpu" for part in device)
-    return False
 
 
 # --------------------------------------------------------------------------- one rank

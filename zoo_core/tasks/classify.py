@@ -33,8 +33,6 @@ __all__ = ["ClassifyTask", "IMAGE_SUFFIXES", "IMAGENET_MEAN", "IMAGENET_STD", "C
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-# Kept for callers of the first version of this module; the data layer's error is the one raised.
-DataError = DatasetError
 
 
 def _class_folders(split_dir: Path) -> list[str]:
