@@ -22,11 +22,10 @@ import numpy as np
 import torch
 from PIL import Image
 
-from zoo_core import LibreYOLO
+from zoo_core import LibreYOLO, get_plugin_manager
 from zoo_core.engine.autobatch import global_batch_from_probe, probe_batch_size
 from zoo_core.engine.distributed import choose_backend, find_free_port
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm
-from zoo_core.tasks import get_task
 
 
 def verified(message: str) -> None:
@@ -62,8 +61,8 @@ def main() -> int:
     verified(f"single-device CUDA training with AMP: losses {', '.join(f'{x:.3f}' for x in losses)}, top1 {result.metrics['top1']:.3f}")
 
     # 2. autobatch probe on CUDA
-    task = get_task("classify")
-    per_device = probe_batch_size(LibreYOLO("resnet18").model, task, 224, torch.device("cuda", 0), 1000)
+    recipe = get_plugin_manager().training_recipe("resnet", "18")
+    per_device = probe_batch_size(LibreYOLO("resnet18").model, recipe, 224, torch.device("cuda", 0), 1000)
     assert 16 <= per_device <= 1024, per_device
     verified(f"autobatch on cuda:0 at 224px: {per_device} images per device; global on 2 devices with nbs=64: "
              f"{global_batch_from_probe(per_device, 2, 64)}")

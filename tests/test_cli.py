@@ -35,14 +35,14 @@ def test_info_of_an_unknown_family_exits_2_with_suggestions(capsys):
     assert "Did you mean 'convnext'" in capsys.readouterr().err
 
 
-def test_plugins_lists_builtins_with_the_zoo_distribution(capsys):
+def test_plugins_lists_builtins_with_the_zoo_core_distribution(capsys):
     assert main(["plugins", "--json"]) == 0
     records = {item["plugin"]: item for item in json.loads(capsys.readouterr().out)}
-    assert records["resnet"]["distribution"] == "zoo" and records["resnet"]["families"] == ["resnet"]
+    assert records["resnet"]["distribution"] == "zoo-core" and records["resnet"]["families"] == ["resnet"]
 
 
 def test_train_val_and_predict_from_the_command_line(tmp_path, capsys):
-    from .engine_support import use_test_families, write_class_folders
+    from .support import use_test_families, write_class_folders
 
     use_test_families()
     data = write_class_folders(tmp_path / "data")

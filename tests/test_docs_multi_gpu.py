@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from .conftest import REPO_ROOT
-from .engine_support import run_concurrently, script_environment
+from .support import run_concurrently, script_environment
 from .markdown_blocks import code_blocks
 
 pytestmark = pytest.mark.timeout(900)

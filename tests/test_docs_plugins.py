@@ -49,7 +49,7 @@ def test_the_example_plugin_installs_and_its_tests_pass(tmp_path, subprocess_env
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "3 passed" in result.stdout
+    assert "4 passed" in result.stdout
 
 
 def test_the_policy_plugin_switches_sync_bn_off_everywhere(tmp_path):

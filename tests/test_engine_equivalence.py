@@ -15,7 +15,7 @@ import torch
 
 from zoo_core.facade import LibreYOLO
 
-from .engine_support import use_test_families, write_class_folders
+from .support import use_test_families, write_class_folders
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from .engine_support import alive, children_of, run_concurrently, run_script, script_environment, write_class_folders
+from .support import alive, children_of, run_concurrently, run_script, script_environment, write_class_folders
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -23,8 +23,8 @@ PREAMBLE = """
 import os, sys
 from zoo_core import LibreYOLO, register_plugin
 from zoo_core.engine.callbacks import Callback
-from tests import engine_families
-register_plugin(engine_families, "engine-test-families")
+from tests import doubles
+register_plugin(doubles, "engine-test-families")
 SETTINGS = dict(data="data", epochs=1, batch=8, imgsz=32, workers=0, nbs=8, verbose=False, plots=False)
 """
 

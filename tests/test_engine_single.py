@@ -11,7 +11,7 @@ import torch
 from zoo_core.errors import ResumeError, TrainConfigError, TrainingDivergedError
 from zoo_core.facade import LibreYOLO
 
-from .engine_support import use_test_families, write_class_folders
+from .support import use_test_families, write_class_folders
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -40,7 +40,7 @@ def test_a_run_writes_what_people_expect(data, capsys):
     printed = capsys.readouterr().out
     assert printed.count("epoch 1/2  loss") == 1 and f"-> {run}" in printed
     checkpoint = torch.load(result.last, map_location="cpu", weights_only=True)
-    assert {"model", "train_model", "optimizer", "scheduler", "epoch", "config", "meta", "history"} <= set(checkpoint)
+    assert {"model", "train_model", "optimizer", "iteration", "epoch", "config", "meta", "history"} <= set(checkpoint)
     assert LibreYOLO(result.best).names == {0: "c0", 1: "c1"}
 
 

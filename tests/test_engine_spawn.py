@@ -1,4 +1,4 @@
-"""Spawn DDP on CPU ranks (gloo, world size 2), each claim of DESIGN.md §6 with real processes.
+"""Spawn DDP on CPU ranks (gloo, world size 2), each E-behaviour of docs/architecture.md with real processes.
 
 Every test starts real worker processes through ``train(device="cpu,cpu")``; nothing about
 torch.distributed or spawning is mocked. The parent-side hooks some tests replace
@@ -17,13 +17,13 @@ import pytest
 import torch
 
 from zoo_core import hookimpl
-from zoo_core.engine import launcher
+from zoo_core.engine import launcher, rank
 from zoo_core.engine.callbacks import Callback
 from zoo_core.errors import BatchSizeError, SpawnNotSupportedError, UnpicklableArgumentError, WorkerFailedError
 from zoo_core.facade import LibreYOLO
 from zoo_core.plugin_manager import register_plugin
 
-from .engine_support import use_test_families, write_class_folders
+from .support import use_test_families, write_class_folders
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -142,12 +142,12 @@ def test_e7_e17_autobatch_and_data_are_resolved_in_the_parent(data, monkeypatch)
 
     probed: list[str] = []
 
-    def parent_probe(model, task, image_size, device, num_classes, fraction=0.6):
+    def parent_probe(model, recipe, image_size, device, num_classes, fraction=0.6):
         probed.append(str(device))
         return 5  # workers probing themselves would get the CPU default, 16
 
     real_prepare = ClassifyTask.prepare
-    monkeypatch.setattr(launcher, "probe_batch_size", parent_probe)
+    monkeypatch.setattr(rank, "probe_batch_size", parent_probe)
     monkeypatch.setattr(ClassifyTask, "prepare", lambda self, _: real_prepare(self, data))
     model = LibreYOLO("tinynet-s")
     # data= is not a real path: a worker preparing the data itself would fail.

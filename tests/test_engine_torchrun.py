@@ -14,7 +14,7 @@ import torch
 
 from zoo_core.engine.distributed import find_free_port
 
-from .engine_support import run_concurrently, run_script, script_environment, torchrun_command, write_class_folders
+from .support import run_concurrently, run_script, script_environment, torchrun_command, write_class_folders
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -23,7 +23,7 @@ import hashlib, json, multiprocessing, os, sys
 import torch
 from zoo_core import LibreYOLO, register_plugin
 from zoo_core.engine.callbacks import Callback
-from tests import engine_families
+from tests import doubles
 
 
 class Interrupt(Callback):
@@ -42,13 +42,13 @@ class ChildCounter(Callback):
 if __name__ == "__main__":
     mode, data, out = sys.argv[1], sys.argv[2], sys.argv[3]
     rank = os.environ["RANK"]
-    register_plugin(engine_families, "engine-test-families")
+    register_plugin(doubles, "engine-test-families")
     settings = dict(data=data, device="cpu", epochs=3, batch=8, imgsz=32, workers=0, nbs=8, verbose=False,
                     plots=False, optimizer="SGD", lr0=0.05)
     if mode == "autobatch":
-        import zoo_core.engine.trainer as trainer
+        import zoo_core.engine.rank as rank_module
         from zoo_core.tasks.classify import ClassifyTask
-        trainer.probe_batch_size = lambda *args, **kwargs: 6 if rank == "0" else 2
+        rank_module.probe_batch_size = lambda *args, **kwargs: 6 if rank == "0" else 2
         if rank != "0":
             def refuse(self, data):
                 raise AssertionError("only rank 0 may prepare the data")

@@ -10,9 +10,10 @@ from torch import nn
 
 from zoo_core.engine.autobatch import CPU_DEFAULT_BATCH, accumulation_steps, check_divisible, global_batch_from_probe, probe_batch_size
 from zoo_core.engine.config import TrainConfig
-from zoo_core.engine.devices import DevicePlan, parse_device, resolve_device_plan
+from zoo_core.devices import DevicePlan, parse_device, resolve_device_plan
 from zoo_core.engine.distributed import choose_backend, find_free_port, is_address_in_use_error
-from zoo_core.engine.optim import build_optimizer, lr_factor, split_parameter_groups
+from zoo_core.engine.optim import build_optimizer, split_parameter_groups
+from zoo_core.engine.schedule import LRSchedule
 from zoo_core.engine.seeding import derive_seed, seed_everything
 from zoo_core.errors import BatchSizeError, DeviceSpecError, TrainConfigError
 
@@ -24,8 +25,8 @@ def test_unknown_training_argument_names_it_and_suggests():
 
 
 def test_bad_values_name_the_key_and_the_accepted_values():
-    with pytest.raises(TrainConfigError, match=r"'optimizer'='Adam' is invalid: .*'auto', 'SGD' or 'AdamW'"):
-        TrainConfig.build({"data": "x", "optimizer": "Adam"})
+    with pytest.raises(TrainConfigError, match=r"'optimizer'='Adamax' is invalid: .*'auto', 'SGD', 'Adam' or 'AdamW'"):
+        TrainConfig.build({"data": "x", "optimizer": "Adamax"})
     with pytest.raises(TrainConfigError, match=r"'batch'=0 is invalid: .*-1 for autobatch"):
         TrainConfig.build({"data": "x", "batch": 0})
     with pytest.raises(TrainConfigError, match="needs data="):
@@ -39,7 +40,7 @@ def test_family_defaults_apply_and_user_arguments_win():
         TrainConfig.build({"data": "x"}, defaults={"learning_rate": 0.1})
 
 
-# --------------------------------------------------------------------------- devices (grammar of DESIGN.md §6)
+# --------------------------------------------------------------------------- devices (grammar of docs/multi-gpu.md)
 @pytest.mark.parametrize(
     ("spec", "expected"),
     [
@@ -117,30 +118,82 @@ def test_autobatch_scales_caps_at_nbs_and_rounds_to_world_size():
 
 
 def test_autobatch_returns_the_documented_default_off_cuda():
-    from zoo_core.tasks import get_task
-
     model = nn.Linear(3, 2)
-    assert probe_batch_size(model, get_task("classify"), 32, torch.device("cpu"), 2) == CPU_DEFAULT_BATCH == 16
+    assert probe_batch_size(model, object(), 32, torch.device("cpu"), 2) == CPU_DEFAULT_BATCH == 16
 
 
 # --------------------------------------------------------------------------- optimizer and schedule
 def test_norms_and_biases_get_no_weight_decay():
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.LazyLinear(2))
     model(torch.rand(1, 3, 5, 5))
-    groups = split_parameter_groups(model)
-    assert [tuple(p.shape) for p in groups.decay] == [(4, 3, 3, 3), (2, 36)]
-    assert [tuple(p.shape) for p in groups.no_decay_weights] == [(4,)]
-    assert len(groups.biases) == 3
-    optimizer = build_optimizer(model, "SGD", 0.1, 0.9, 5e-4)
+    decay, no_decay, biases = split_parameter_groups(model)
+    assert [tuple(p.shape) for p in decay.params] == [(4, 3, 3, 3), (2, 36)]
+    assert [tuple(p.shape) for p in no_decay.params] == [(4,)]
+    assert len(biases.params) == 3 and biases.kind == "bias"
+    optimizer = build_optimizer([decay, no_decay, biases], "SGD", 0.1, momentum=0.9, weight_decay=5e-4)
     assert [group["weight_decay"] for group in optimizer.param_groups] == [5e-4, 0.0, 0.0]
-    assert isinstance(build_optimizer(model, "AdamW", 1e-3, 0.9, 0.05), torch.optim.AdamW)
+    assert isinstance(build_optimizer([decay], "AdamW", 1e-3, momentum=0.9, weight_decay=0.05, beta2=0.95), torch.optim.AdamW)
 
 
-def test_schedules_start_at_one_and_end_at_lrf():
-    for cosine in (False, True):
-        factor = lr_factor(10, 0.01, cosine)
-        assert factor(0) == pytest.approx(1.0) and factor(10) == pytest.approx(0.01)
-        assert factor(5) == pytest.approx(0.505)
+def test_lr_multipliers_split_groups_by_name_prefix_and_scale_their_rate():
+    model = nn.ModuleDict({"backbone": nn.Conv2d(3, 4, 3), "head": nn.Conv2d(4, 2, 1)})
+    groups = split_parameter_groups(model, {"backbone.": 0.1})
+    assert [(group.kind, group.lr_scale, len(group.params)) for group in groups] == [
+        ("decay", 1.0, 1), ("no_decay", 1.0, 0), ("bias", 1.0, 1), ("decay", 0.1, 1), ("no_decay", 0.1, 0), ("bias", 0.1, 1),
+    ]
+    optimizer = build_optimizer(groups, "AdamW", 1e-3, momentum=0.9, weight_decay=0.0)
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([1e-3] * 3 + [1e-4] * 3)
+
+
+def schedule_values(schedule: LRSchedule) -> list[float]:
+    return [schedule.factor(iteration) for iteration in range(schedule.total_iterations + 1)]
+
+
+def test_linear_and_cosine_start_at_one_and_end_at_lrf_stepping_per_epoch():
+    for name in ("linear", "cosine"):
+        schedule = LRSchedule(name, epochs=10, iterations_per_epoch=3, lrf=0.01)
+        assert schedule.factor(0) == pytest.approx(1.0) and schedule.factor(30) == pytest.approx(0.01)
+        assert schedule.factor(15) == pytest.approx(0.505) == schedule.factor(17)  # epoch 5, whichever iteration
+
+
+def test_flat_cosine_holds_then_decays_until_augmentation_closes():
+    schedule = LRSchedule("flat_cosine", epochs=10, iterations_per_epoch=10, lrf=0.5, flat_epochs=4, no_augmentation_epochs=2)
+    values = schedule_values(schedule)
+    assert values[:41] == [1.0] * 41  # flat through epoch 4
+    assert values[60] == pytest.approx(0.75)  # half way through the cosine (epochs 4..8)
+    assert values[80:] == [0.5] * 21  # the no-augmentation epochs keep the final rate
+    assert all(a >= b for a, b in zip(values, values[1:]))
+
+
+def test_multistep_and_poly():
+    step = LRSchedule("multistep", epochs=6, iterations_per_epoch=2, milestones=(2, 4), gamma=0.1)
+    assert [step.factor(epoch * 2) for epoch in range(6)] == pytest.approx([1, 1, 0.1, 0.1, 0.01, 0.01])
+    poly = LRSchedule("poly", epochs=1, iterations_per_epoch=100, lrf=0.0, power=1.0)
+    assert poly.factor(25) == pytest.approx(0.75) and poly.factor(100) == 0.0
+
+
+def test_warmup_rises_from_zero_and_biases_from_warmup_bias_lr_with_momentum():
+    model = nn.Linear(2, 2)
+    groups = split_parameter_groups(model)
+    optimizer = build_optimizer(groups, "SGD", 0.01, momentum=0.9, weight_decay=0.0)
+    schedule = LRSchedule("linear", epochs=10, iterations_per_epoch=10, lrf=0.01, warmup_iterations=4,
+                          warmup_bias_lr=0.1, warmup_momentum=0.8, momentum=0.9, bias_groups=frozenset({2}))
+    schedule.apply(optimizer, 0)
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([0.0, 0.0, 0.1])
+    assert optimizer.param_groups[0]["momentum"] == pytest.approx(0.8)
+    schedule.apply(optimizer, 2)
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([0.005, 0.005, 0.055])
+    assert optimizer.param_groups[0]["momentum"] == pytest.approx(0.85)
+    schedule.apply(optimizer, 4)
+    assert [group["lr"] for group in optimizer.param_groups] == pytest.approx([0.01] * 3)
+    assert optimizer.param_groups[0]["momentum"] == pytest.approx(0.9)
+
+
+def test_an_unknown_schedule_is_refused():
+    with pytest.raises(ValueError, match="unknown lr_schedule 'step'"):
+        LRSchedule("step", epochs=1, iterations_per_epoch=1)  # type: ignore[arg-type]
+    with pytest.raises(TrainConfigError, match="lr_schedule"):
+        TrainConfig.build({"data": "shapes", "lr_schedule": "step"})
 
 
 # --------------------------------------------------------------------------- seeds, backend, ports

@@ -179,7 +179,7 @@ def declare_downloadable(url: str, sha256: str) -> None:
         def zoo_families(self):
             return [{
                 "name": "dlnet", "display": "DLNet", "task": "classify",
-                "builder": "zoo_core.nn.timm_classifier:build_timm_classifier",
+                "builder": "zoo_core.timm_families:build_timm_classifier",
                 "published_num_classes": 1000, "name_patterns": ["libredlnet{size}"],
                 "sizes": {"18": {"input_size": 224, "params": 11689512, "params_source": "resnet18",
                                  "config": {"timm_name": "resnet18"},

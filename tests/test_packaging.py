@@ -1,9 +1,11 @@
 """A plain, non-editable ``pip install .`` into a fresh environment lists every family.
 
-The wheel must carry registry.yaml and the built-in plugin packages. To keep this fast and
-offline, the fresh venv gets the wheel without dependencies plus the three light ones
-``zoo list`` needs (pluggy, pydantic, pyyaml); torch is deliberately absent, which also proves
-``zoo list`` never needs it.
+The wheel must carry registry.yaml and the built-in plugin packages. The fresh venv gets the
+wheel without dependencies, then the three light ones ``zoo list`` needs (pluggy, pydantic,
+pyyaml) from the package index; torch is deliberately absent, which also proves ``zoo list``
+never needs it. A decoy distribution named ``zoo`` (an unrelated package of that name exists on
+the public index) and a stale ``zoo-core`` without entry points are put first on the path: the
+built-in families must still all be listed.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import venv
 import pytest
 
 from zoo_core.registry import load_registry
+from zoo_core.testing import write_plugin_distribution
 
 from .conftest import REPO_ROOT
 
@@ -37,8 +40,12 @@ def test_non_editable_install_lists_every_family(tmp_path):
     pip("--no-deps", str(REPO_ROOT))
     pip("pluggy>=1.5", "pydantic>=2.5", "pyyaml>=6.0")
 
+    decoys = tmp_path / "decoys"
+    write_plugin_distribution(decoys, distribution="zoo", entry_points={}, modules={"zoo": "VERSION = '0.0.1'\n"})
+    write_plugin_distribution(decoys, distribution="zoo-core", entry_points={}, modules={}, version="0.0.1")
     result = subprocess.run(
-        [str(environment / "bin" / "zoo"), "list", "--json"], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=120
+        [str(environment / "bin" / "zoo"), "list", "--json"], env={**env, "PYTHONPATH": str(decoys)}, capture_output=True,
+        text=True, cwd=tmp_path, timeout=120,
     )
     assert result.returncode == 0, result.stderr
     listed = {item["family"] for item in json.loads(result.stdout)}

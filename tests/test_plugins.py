@@ -13,6 +13,7 @@ from zoo_core import hookimpl, hookspecs
 from zoo_core.errors import DuplicateFamilyError, PluginHookError, PluginImportError, UnknownFamilyError
 from zoo_core.facade import LibreYOLO
 from zoo_core.plugin_manager import get_plugin_manager, register_plugin
+from zoo_core.registry import load_registry
 from zoo_core.testing import isolated_plugin_manager, plugin_distribution_on_path, write_plugin_distribution
 
 TINYNET_PLUGIN = '''
@@ -130,6 +131,17 @@ def test_disabled_autoload_skips_third_party_but_keeps_builtins(tmp_path, monkey
             assert "tinynet" in manager.families
 
 
+@pytest.mark.parametrize("decoy", ["zoo", "zoo-core"])
+def test_a_decoy_distribution_first_on_the_path_does_not_hide_the_builtins(tmp_path, decoy):
+    # An unrelated package named "zoo" exists on the public index, and a stale zoo-core without
+    # entry points can sit first on a crowded path: neither may make a built-in family vanish.
+    root = write_plugin_distribution(tmp_path / "site", distribution=decoy, entry_points={}, modules={}, version="0.0.1")
+    with plugin_distribution_on_path(root):
+        with isolated_plugin_manager(autoload=True) as manager:
+            assert set(load_registry()) <= set(manager.families)
+            assert manager.family_record("resnet").distribution == "zoo-core"
+
+
 def test_a_broken_plugin_names_itself_its_distribution_and_the_switches(tmp_path):
     root = write_plugin_distribution(
         tmp_path / "site",
@@ -168,7 +180,7 @@ def test_a_plugin_redeclaring_resnet_is_a_duplicate_naming_both(tmp_path):
                 pass
     message = str(caught.value)
     assert "family 'resnet'" in message
-    assert "plugin 'resnet' (distribution zoo" in message
+    assert "plugin 'resnet' (distribution zoo-core" in message
     assert "plugin 'myresnet' (distribution zoo-resnet-fork 1.0.0)" in message
 
 
@@ -227,7 +239,7 @@ class WrappedResnet:
 
 def test_every_hookspec_is_documented():
     specs = [name for name in hookspecs.__all__ if name not in ("PROJECT_NAME", "hookspec", "hookimpl")]
-    assert set(specs) == {"zoo_families", "build_model", "default_sync_bn", "supports_spawn"}
+    assert set(specs) == {"zoo_families", "build_model", "default_sync_bn", "supports_spawn", "training_recipe", "convert_weights"}
     for name in specs:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert len(doc.split()) > 15, f"hookspec {name} needs a docstring a plugin author can work from"
@@ -247,6 +259,37 @@ def test_hook_supports_spawn_can_be_overridden():
     assert manager.supports_spawn("resnet") is False
 
 
+def test_hook_training_recipe_defaults_to_the_declared_recipe_or_the_core_one():
+    from zoo_core.engine.recipe import TrainingRecipe
+
+    manager = get_plugin_manager()
+    recipe = manager.training_recipe("yolo9", "t")
+    assert type(recipe) is TrainingRecipe and recipe.input_size_multiple() == 32
+    assert recipe.config_defaults == dict(manager.family("yolo9").train_defaults)
+    assert manager.training_recipe("resnet", "18").input_size_multiple() == 1
+
+
+def test_hook_training_recipe_can_be_overridden_by_a_plugin():
+    from zoo_core.engine.recipe import TrainingRecipe
+
+    class SlowBackbone(TrainingRecipe):
+        lr_multipliers = {"layer1.": 0.1}
+
+    class Policy:
+        @hookimpl
+        def training_recipe(self, family, size):
+            return SlowBackbone(get_plugin_manager().family(family), size) if family == "resnet" else None
+
+    register_plugin(Policy(), "slow-backbone")
+    manager = get_plugin_manager()
+    assert type(manager.training_recipe("resnet", "18")) is SlowBackbone
+    assert type(manager.training_recipe("convnext", "t")) is TrainingRecipe
+
+
+def test_hook_convert_weights_answers_none_without_a_converter():
+    assert get_plugin_manager().convert_weights("resnet", "18", {}, "upstream") is None
+
+
 def test_hook_build_model_first_result_wins_over_the_declared_builder():
     register_plugin(WrappedResnet(), "wrapped-resnet")
     model = LibreYOLO("resnet18", num_classes=5)
@@ -260,7 +303,7 @@ def test_hook_zoo_families_declares_through_a_runtime_plugin():
         def zoo_families(self):
             return [{
                 "name": "runtime_net", "display": "RuntimeNet", "task": "classify",
-                "builder": "zoo_core.nn.timm_classifier:build_timm_classifier",
+                "builder": "zoo_core.timm_families:build_timm_classifier",
                 "published_num_classes": 1000, "spawn": True,
                 "sizes": {"a": {"input_size": 32, "params": 11689512, "params_source": "resnet18",
                                 "config": {"timm_name": "resnet18"}}},

@@ -14,7 +14,7 @@ from zoo_core.tasks.base import AugmentSettings
 from zoo_core.tasks.classify import ClassifyTask
 from zoo_core.tasks.runner import predict, validate
 
-from .test_tasks_models import TinyClassifier, fake_libre
+from .doubles import TinyClassifier, fake_libre
 
 
 def make_folders(root: Path, classes=("cat", "dog", "emu"), per_class: int = 2, splits=("train", "val")) -> Path:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,10 @@ import torch.multiprocessing as torch_multiprocessing
 from torch.utils.data import DataLoader, Subset
 
 from zoo_core.data.sampling import InferenceShardSampler
+from zoo_core.engine.distributed import find_free_port
 from zoo_core.tasks import get_task
 
-from .test_tasks_models import LookupDetector, TinyClassifier, TinyRestorer, TinySegmenter, image_key
+from .doubles import LookupDetector, TinyClassifier, TinyRestorer, TinySegmenter, image_key
 
 DATA = "shapes:train=2,val=8,size=64,seed=1"
 TASKS = ("detect", "classify", "semantic", "restore")
@@ -85,12 +85,6 @@ def _rank_main(rank: int, world_size: int, port: int, output: str) -> None:
         dist.destroy_process_group()
 
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_sharded_validation_on_two_processes_equals_one_process(tmp_path: Path):
     torch.set_num_threads(1)
     single = {task_name: validate_shard(task_name, 0, 1) for task_name in TASKS}
@@ -100,7 +94,7 @@ def test_sharded_validation_on_two_processes_equals_one_process(tmp_path: Path):
     assert 0 < single["restore"]["psnr"] < 100 and 0 < single["classify"]["top5"]
 
     context = torch_multiprocessing.start_processes(
-        _rank_main, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn"
+        _rank_main, args=(2, find_free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn"
     )
     deadline = time.monotonic() + 180
     try:

@@ -20,7 +20,7 @@ from zoo_core.tasks.detect import DetectTask
 from zoo_core.tasks.metrics import OrderedMeanAveragePrecision
 from zoo_core.tasks.runner import predict, validate
 
-from .test_tasks_models import GridDetector, LookupDetector, fake_libre, image_key
+from .doubles import GridDetector, LookupDetector, fake_libre, image_key
 
 NAMES = ["red", "green", "blue"]
 COLOURS = {0: (230, 20, 20), 1: (20, 230, 20), 2: (20, 20, 230)}

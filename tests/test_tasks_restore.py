@@ -18,7 +18,7 @@ from zoo_core.tasks.base import AugmentSettings
 from zoo_core.tasks.restore import RestoreTask
 from zoo_core.tasks.runner import predict, validate
 
-from .test_tasks_models import TinyRestorer, fake_libre
+from .doubles import TinyRestorer, fake_libre
 
 
 def save_random(path: Path, size: tuple[int, int], seed: int) -> None:

@@ -17,7 +17,7 @@ from zoo_core.tasks.base import AugmentSettings
 from zoo_core.tasks.runner import predict, validate
 from zoo_core.tasks.semantic import SemanticTask
 
-from .test_tasks_models import TinySegmenter, fake_libre
+from .doubles import TinySegmenter, fake_libre
 
 NAMES = ["background", "square", "disc"]
 

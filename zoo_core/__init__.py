@@ -13,11 +13,12 @@ from zoo_core.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "hookimpl", "LibreYOLO", "TrainResult", "get_plugin_manager", "register_plugin"]
+__all__ = ["__version__", "hookimpl", "LibreYOLO", "TrainResult", "TrainingRecipe", "get_plugin_manager", "register_plugin"]
 
 _LAZY = {
     "LibreYOLO": "zoo_core.facade",
-    "TrainResult": "zoo_core.engine.results",
+    "TrainResult": "zoo_core.engine.train_result",
+    "TrainingRecipe": "zoo_core.engine.recipe",
     "get_plugin_manager": "zoo_core.plugin_manager",
     "register_plugin": "zoo_core.plugin_manager",
 }

@@ -112,7 +112,7 @@ class DeviceSpecError(ZooError, ValueError):
 
 
 class BatchSizeError(ZooError, ValueError):
-    """A global batch that cannot be split evenly over the ranks (DESIGN.md E5)."""
+    """A global batch that cannot be split evenly over the ranks (E5, docs/architecture.md)."""
 
 
 class SpawnGuardError(ZooError, RuntimeError):

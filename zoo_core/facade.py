@@ -1,17 +1,20 @@
-"""``LibreYOLO``: one object per model, whatever its family or task (DESIGN.md §5).
+"""``LibreYOLO``: one object per model, whatever its family or task.
 
 ``LibreYOLO("yolo9-s")`` builds a fresh model, ``LibreYOLO("run/weights/best.pt")`` or
 ``LibreYOLO("model.safetensors")`` loads weights with their metadata, and a missing file named
 like a registry entry (``LibreYOLO9s.pt``) is downloaded from the registry's URL into
 ``ZOO_HOME`` and checked against its sha256. Training, validation and prediction are delegated
-to the engine and the task modules, which import torch on first use.
+to the engine (``zoo_core.engine.fit``: the facade hands it a ``ModelSpec`` and applies the
+``FitOutcome`` it returns) and to the task modules, which import torch on first use.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from zoo_core import __version__
 from zoo_core.errors import ModelNameError, WeightsMismatchError, WeightsNotFoundError
@@ -24,7 +27,7 @@ from zoo_core.weights import ModelMeta, download_weights, read_weights, save_saf
 if TYPE_CHECKING:
     import torch
 
-    from zoo_core.engine.results import TrainResult
+    from zoo_core.engine import FitOutcome, ModelSpec, TrainingRecipe, TrainResult
 
 __all__ = ["LibreYOLO"]
 
@@ -44,6 +47,9 @@ class LibreYOLO:
             when loading weights, whose metadata decides.
         names: class names of a fresh model, a list or ``{index: name}``.
         options: extra keyword arguments for the family's builder.
+        seed: seeds the initialisation of a fresh model, so two identical scripts start from
+            identical weights (None: torch's global random state decides). The caller's random
+            state is left as it was.
     """
 
     def __init__(
@@ -53,8 +59,10 @@ class LibreYOLO:
         num_classes: int | None = None,
         names: list[str] | Mapping[int, str] | None = None,
         options: Mapping[str, Any] | None = None,
+        seed: int | None = 0,
     ) -> None:
         self._manager = get_plugin_manager()
+        self.seed = seed
         self.options: dict[str, Any] = dict(options or {})
         self.weights_path: Path | None = None
         path = Path(model)
@@ -79,7 +87,17 @@ class LibreYOLO:
         self.num_classes = num_classes
         self.names = names if names is not None else default_names(num_classes)
         self.input_size = self.declaration.size(size).input_size
-        self.model: "torch.nn.Module" = self._manager.build_model(family, size, num_classes, self.options)
+        self.model: "torch.nn.Module" = self._seeded_build(num_classes)
+
+    def _seeded_build(self, num_classes: int) -> "torch.nn.Module":
+        """A fresh model of this family and size, initialised from ``self.seed`` when one is set."""
+        if self.seed is None:
+            return self._manager.build_model(self.family, self.size, num_classes, self.options)
+        import torch
+
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(self.seed)
+            return self._manager.build_model(self.family, self.size, num_classes, self.options)
 
     def _load_file(self, path: Path) -> None:
         state_dict, meta = read_weights(path)
@@ -187,22 +205,61 @@ class LibreYOLO:
         }
 
     def train(self, **kwargs: Any) -> "TrainResult":
-        """Train on ``data`` (DESIGN.md §6); see ``zoo_core.engine.config.TrainConfig`` for arguments."""
-        from zoo_core.engine.trainer import train
+        """Train on ``data``; see ``zoo_core.engine.config.TrainConfig`` for every argument.
 
-        return train(self, **kwargs)
+        ``device=[0, 1]`` (or ``"cpu,cpu"``) trains one process per device; ``batch`` is the global
+        batch. On success this object holds rank 0's best weights, the dataset's classes and the
+        training input size; on failure it is unchanged.
+        """
+        from zoo_core.engine import fit
+
+        with self._spec_with_weights() as spec:
+            outcome = fit(spec, kwargs, manager=self._manager)
+        self._apply(outcome)
+        return outcome.result
 
     def val(self, **kwargs: Any) -> dict[str, float]:
-        """Validate on ``data`` and return the task's metrics."""
+        """Validate on ``data`` and return the task's metrics (``zoo_core.tasks.runner.validate``)."""
         from zoo_core.tasks.runner import validate
 
-        return validate(self, **kwargs)
+        return validate(self, size_multiple=self._recipe().input_size_multiple(), **kwargs)
 
     def predict(self, source: Any, **kwargs: Any) -> list[Any]:
         """Predict on an image path, folder, PIL image, numpy array, or a list of them."""
         from zoo_core.tasks.runner import predict
 
-        return predict(self, source, **kwargs)
+        return predict(self, source, size_multiple=self._recipe().input_size_multiple(), **kwargs)
+
+    # ------------------------------------------------------------------ the engine boundary
+    def spec(self, weights: Path | None = None) -> "ModelSpec":
+        """This model as a ``ModelSpec`` (what the engine trains), with ``weights`` as its initial weights file."""
+        from zoo_core.engine import ModelSpec
+
+        return ModelSpec(
+            family=self.family, size=self.size, task=self.task, num_classes=self.num_classes, names=dict(self.names),
+            input_size=self.input_size, options=dict(self.options), weights=weights, source=self.weights_path,
+        )
+
+    @contextlib.contextmanager
+    def _spec_with_weights(self) -> Iterator["ModelSpec"]:
+        """The spec of this model, its current weights in a private temp file for the duration of the block."""
+        with tempfile.TemporaryDirectory(prefix="zoo-weights-") as directory:
+            weights = Path(directory) / "initial.safetensors"
+            save_safetensors(weights, self.model.state_dict(), self.meta)
+            yield self.spec(weights)
+
+    def _apply(self, outcome: "FitOutcome") -> None:
+        """Take the trained model from ``outcome``: its classes, names, input size and weights."""
+        trained = outcome.spec
+        if trained.num_classes != self.num_classes:
+            self.model = self._manager.build_model(self.family, self.size, trained.num_classes, self.options)
+        self.model.load_state_dict(outcome.state_dict, strict=True)
+        self.model.eval()
+        self.num_classes, self.names = trained.num_classes, dict(trained.names)
+        self.input_size, self.weights_path = trained.input_size, outcome.result.best
+
+    def _recipe(self) -> "TrainingRecipe":
+        return self._manager.training_recipe(self.family, self.size)
 
     def __call__(self, source: Any, **kwargs: Any) -> list[Any]:
         """Same as ``predict``."""

@@ -8,11 +8,26 @@ plugin only implements a hook where it means to override that answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any, Mapping
 
 import pluggy
 
-__all__ = ["PROJECT_NAME", "hookspec", "hookimpl", "zoo_families", "build_model", "default_sync_bn", "supports_spawn"]
+if TYPE_CHECKING:
+    import torch
+
+    from zoo_core.engine.recipe import TrainingRecipe
+
+__all__ = [
+    "PROJECT_NAME",
+    "hookspec",
+    "hookimpl",
+    "zoo_families",
+    "build_model",
+    "default_sync_bn",
+    "supports_spawn",
+    "training_recipe",
+    "convert_weights",
+]
 
 PROJECT_NAME = "zoo"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
@@ -57,4 +72,31 @@ def supports_spawn(family: str) -> bool | None:
 
     firstresult; the core answers last with the family's declared ``spawn`` (False when not
     declared). A family without spawn support trains on several devices only under torchrun.
+    """
+
+
+@hookspec(firstresult=True)
+def training_recipe(family: str, size: str) -> "TrainingRecipe | None":
+    """Return the ``TrainingRecipe`` the trainer follows for ``family`` at ``size``, or None.
+
+    Called once per training run, on every rank. The recipe answers everything family-specific
+    the trainer asks (``zoo_core/engine/recipe.py``): the training forward pass, parameter groups
+    and optimizer, the per-iteration learning-rate schedule, the EMA, the input-size multiple,
+    augmentation settings and training events. firstresult; the core answers last with an
+    instance of the family's declared ``recipe`` class (``"module:Class"``), else of
+    ``TrainingRecipe``, built as ``Class(declaration, size)``. Import torch and the recipe's
+    module inside this function, never at the plugin's top level.
+    """
+
+
+@hookspec(firstresult=True)
+def convert_weights(
+    family: str, size: str, state_dict: Mapping[str, "torch.Tensor"], source: str
+) -> "dict[str, torch.Tensor] | None":
+    """Return ``state_dict`` converted to ``family``'s own keys, or None if this plugin does not convert it.
+
+    ``source`` names the foreign layout: ``"libreyolo"`` (a LibreYOLO checkpoint's ``model``),
+    ``"upstream"`` (the family's official release), ``"timm"`` or ``"torchvision"``. Called when
+    a file without zoo metadata is loaded; the result is loaded strictly, so every tensor must
+    find its place. firstresult; the core answers last with None (no conversion).
     """

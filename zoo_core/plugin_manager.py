@@ -6,8 +6,11 @@ misspelt hook is an error rather than a silently ignored function. Each plugin's
 ``zoo_families`` declarations are validated and collected; one family name declared twice is an
 error naming both plugins and their distributions.
 
-Switches (docs/plugins.md): ``ZOO_DISABLE_PLUGIN_AUTOLOAD=1`` skips entry points of every
-distribution other than ``zoo`` (the built-ins stay), ``ZOO_BLOCK_PLUGINS=a,b`` (or
+The built-in families are served by zoo-core's own entry points; a built-in that registry.yaml
+declares but no entry point served (another distribution's metadata can hide zoo-core's on a
+crowded path) is registered from the ``plugin`` module its entry names, so the built-ins never
+vanish. Switches (docs/plugins.md): ``ZOO_DISABLE_PLUGIN_AUTOLOAD=1`` skips entry points of every
+distribution other than ``zoo-core`` (the built-ins stay), ``ZOO_BLOCK_PLUGINS=a,b`` (or
 ``get_plugin_manager(block=[...])``) blocks plugins by name, ``ZOO_DEBUG=1`` traces hook calls.
 """
 
@@ -18,6 +21,7 @@ import importlib
 import importlib.metadata
 import os
 import pkgutil
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -35,10 +39,14 @@ from zoo_core.errors import (
     UnknownFamilyError,
 )
 from zoo_core.hookspecs import hookimpl
-from zoo_core.registry import FamilyDeclaration, validate_declaration
+from zoo_core.registry import FamilyDeclaration, load_registry, validate_declaration
 
 if TYPE_CHECKING:
     import torch
+
+    from zoo_core.engine.recipe import TrainingRecipe
+
+_DEFAULT_RECIPE = "zoo_core.engine.recipe:TrainingRecipe"
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -51,7 +59,7 @@ __all__ = [
 ]
 
 ENTRY_POINT_GROUP = "zoo.plugins"
-CORE_DISTRIBUTION = "zoo"
+CORE_DISTRIBUTION = "zoo-core"
 CORE_PLUGIN_NAME = "zoo-core"
 _DISABLE_AUTOLOAD_ENV = "ZOO_DISABLE_PLUGIN_AUTOLOAD"
 _BLOCK_ENV = "ZOO_BLOCK_PLUGINS"
@@ -85,6 +93,11 @@ def _env_list(name: str) -> list[str]:
     return [item.strip() for item in os.environ.get(name, "").split(",") if item.strip()]
 
 
+def _normalised(distribution: str | None) -> str | None:
+    # Distribution names compare case-insensitively with runs of "-", "_" and "." equal (PEP 503).
+    return re.sub(r"[-_.]+", "-", distribution).lower() if distribution else None
+
+
 class _DeclarationAnswers:
     """The core's ``trylast`` hook implementations: answers read from family declarations."""
 
@@ -112,6 +125,13 @@ class _DeclarationAnswers:
     @hookimpl(trylast=True)
     def supports_spawn(self, family: str) -> bool:
         return self._manager.family(family).spawn
+
+    @hookimpl(trylast=True)
+    def training_recipe(self, family: str, size: str) -> Any:
+        declaration = self._manager.family(family)
+        # Resolved by name like the builder, at training time only: the recipe imports torch.
+        recipe_class = pkgutil.resolve_name(declaration.recipe or _DEFAULT_RECIPE)
+        return recipe_class(declaration, size)
 
 
 class ZooPluginManager(pluggy.PluginManager):
@@ -146,7 +166,7 @@ class ZooPluginManager(pluggy.PluginManager):
             )
             if entry_point.name in self.blocked_names:
                 continue
-            if not self.autoload and distribution != CORE_DISTRIBUTION:
+            if not self.autoload and _normalised(distribution) != CORE_DISTRIBUTION:
                 continue
             if entry_point.name in self._records:
                 if self._records[entry_point.name] == record:
@@ -167,7 +187,28 @@ class ZooPluginManager(pluggy.PluginManager):
                     f"{_DISABLE_AUTOLOAD_ENV}=1"
                 ) from error
             self._register_recorded(plugin, record)
+        self._register_unserved_builtins()
         self._check_hooks()
+
+    def _register_unserved_builtins(self) -> None:
+        """Register each registry.yaml family that no entry point served from its declared plugin module."""
+        from zoo_core import __version__
+
+        for name, declaration in load_registry().items():
+            plugin_name = declaration.plugin
+            if name in self._families or name in self.blocked_names or plugin_name is None:
+                continue
+            if plugin_name in self._records or plugin_name in self.blocked_names:
+                continue
+            try:
+                plugin = importlib.import_module(plugin_name)
+            except Exception as error:
+                raise PluginImportError(
+                    f"the built-in family {name!r} could not import its plugin module {plugin_name!r}: "
+                    f"{type(error).__name__}: {error}. Reinstall zoo-core, or block it with {_BLOCK_ENV}={name}"
+                ) from error
+            self._register_recorded(plugin, PluginRecord(name=name, module=plugin_name, distribution=CORE_DISTRIBUTION,
+                                                         version=__version__))
 
     def register_family_plugin(self, plugin: Any, name: str | None = None) -> str | None:
         """Register ``plugin`` at run time (a module or an object with ``@hookimpl`` methods).
@@ -176,6 +217,8 @@ class ZooPluginManager(pluggy.PluginManager):
         Spawned training workers re-register it by module name, or by pickling the object, so
         it must be importable there (defined at module level, not under ``__main__``).
         """
+        if isinstance(plugin, str):
+            plugin = importlib.import_module(plugin)
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
         if name in self.blocked_names:
             return None
@@ -286,6 +329,10 @@ class ZooPluginManager(pluggy.PluginManager):
         """Plugins registered from Python: ``(name, module name or picklable object)`` for workers."""
         return list(self._runtime_plugins)
 
+    def settings(self) -> dict[str, Any]:
+        """The switches this manager was loaded with, so a worker process can load the same plugins."""
+        return {"blocked": sorted(self.blocked_names), "autoload": self.autoload}
+
     # ----------------------------------------------------------------------------- hooks
     def build_model(
         self, family: str, size: str, num_classes: int | None = None, options: Mapping[str, Any] | None = None
@@ -301,14 +348,27 @@ class ZooPluginManager(pluggy.PluginManager):
         return model
 
     def default_sync_bn(self, family: str) -> bool:
-        """The family's SyncBatchNorm default under DDP (DESIGN.md E8)."""
+        """The family's SyncBatchNorm default under DDP (E8)."""
         self.family(family)
         return bool(self.hook.default_sync_bn(family=family))
 
     def supports_spawn(self, family: str) -> bool:
-        """Whether ``train(device=[...])`` may spawn workers for ``family`` (DESIGN.md E13)."""
+        """Whether ``train(device=[...])`` may spawn workers for ``family`` (E13)."""
         self.family(family)
         return bool(self.hook.supports_spawn(family=family))
+
+    def training_recipe(self, family: str, size: str) -> "TrainingRecipe":
+        """The ``TrainingRecipe`` of ``family`` at ``size`` (the ``training_recipe`` hook)."""
+        self.family(family).size(size)
+        recipe = self.hook.training_recipe(family=family, size=size)
+        if recipe is None:
+            raise PluginError(f"no plugin returned a training recipe for family {family!r} size {size!r}")
+        return recipe
+
+    def convert_weights(self, family: str, size: str, state_dict: Mapping[str, Any], source: str) -> dict[str, Any] | None:
+        """``state_dict`` in ``family``'s own keys, converted from ``source``'s layout; None if no plugin converts it."""
+        self.family(family)
+        return self.hook.convert_weights(family=family, size=size, state_dict=state_dict, source=source)
 
 
 _manager: ZooPluginManager | None = None

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -25,6 +25,7 @@ __all__ = [
     "registry_path",
     "load_registry",
     "builtin_families",
+    "declared_in_registry",
     "validate_declaration",
 ]
 
@@ -90,6 +91,9 @@ class FamilyDeclaration(BaseModel):
     train_defaults: dict[str, Any] = Field(
         default_factory=dict, description="training arguments this family's published recipe uses (lr0, optimizer...)"
     )
+    recipe: str | None = Field(
+        default=None, description='"module:Class", a TrainingRecipe subclass; default: zoo_core.engine.recipe:TrainingRecipe'
+    )
 
     @field_validator("name")
     @classmethod
@@ -103,6 +107,13 @@ class FamilyDeclaration(BaseModel):
     def _builder_reference(cls, value: str) -> str:
         if not _BUILDER_REF.match(value):
             raise ValueError(f'{value!r} must be "package.module:function"')
+        return value
+
+    @field_validator("recipe")
+    @classmethod
+    def _recipe_reference(cls, value: str | None) -> str | None:
+        if value is not None and not _BUILDER_REF.match(value):
+            raise ValueError(f'{value!r} must be "package.module:Class"')
         return value
 
     @field_validator("sizes")
@@ -208,3 +219,19 @@ def builtin_families(*names: str) -> list[FamilyDeclaration]:
     if missing:
         raise RegistryError(f"{registry_path()} declares no family {', '.join(map(repr, missing))}")
     return [registry[name] for name in names]
+
+
+def declared_in_registry(*names: str) -> Callable[[], list[FamilyDeclaration]]:
+    """A ``zoo_families`` hook implementation that declares ``names`` from registry.yaml.
+
+    A built-in plugin package's declaration is one line::
+
+        zoo_families = declared_in_registry("yolo9")
+    """
+    from zoo_core.hookspecs import hookimpl
+
+    def zoo_families() -> list[FamilyDeclaration]:
+        return builtin_families(*names)
+
+    zoo_families.__doc__ = f"Declare {', '.join(names)} from registry.yaml."
+    return hookimpl(zoo_families)

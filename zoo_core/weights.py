@@ -1,6 +1,6 @@
 """Reading, writing and downloading weights: safetensors with metadata, and ``.pt`` checkpoints.
 
-Safety rules (DESIGN.md §10): ``.pt`` files are read with ``torch.load(weights_only=True)`` only;
+Safety rules (docs/architecture.md, "Safety"): ``.pt`` files are read with ``torch.load(weights_only=True)`` only;
 writes are atomic (temp file in the same directory, then ``os.replace``); downloads are checked
 against the registry's sha256 before they are moved into the cache.
 """

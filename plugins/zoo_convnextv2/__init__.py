@@ -1,16 +1,10 @@
-"""The ConvNeXt V2 family plugin: its declaration is the `convnextv2` entry of registry.yaml.
+"""The ConvNeXt V2 family plugin: the `convnextv2` entry of registry.yaml.
 
-The architecture comes from timm through zoo_core's registry-driven builder, so this module
-only declares; nothing here imports torch.
+The architecture comes from timm through zoo_core's registry-driven builder. Nothing here imports torch.
 """
 
-from zoo_core.hookspecs import hookimpl
-from zoo_core.registry import FamilyDeclaration, builtin_families
+from zoo_core.registry import declared_in_registry
 
 __all__ = ["zoo_families"]
 
-
-@hookimpl
-def zoo_families() -> list[FamilyDeclaration]:
-    """Declare the `convnextv2` family from registry.yaml."""
-    return builtin_families("convnextv2")
+zoo_families = declared_in_registry("convnextv2")

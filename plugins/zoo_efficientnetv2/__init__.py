@@ -1,16 +1,10 @@
-"""The EfficientNetV2 family plugin: its declaration is the `efficientnetv2` entry of registry.yaml.
+"""The EfficientNetV2 family plugin: the `efficientnetv2` entry of registry.yaml.
 
-The architecture comes from timm through zoo_core's registry-driven builder, so this module
-only declares; nothing here imports torch.
+The architecture comes from timm through zoo_core's registry-driven builder. Nothing here imports torch.
 """
 
-from zoo_core.hookspecs import hookimpl
-from zoo_core.registry import FamilyDeclaration, builtin_families
+from zoo_core.registry import declared_in_registry
 
 __all__ = ["zoo_families"]
 
-
-@hookimpl
-def zoo_families() -> list[FamilyDeclaration]:
-    """Declare the `efficientnetv2` family from registry.yaml."""
-    return builtin_families("efficientnetv2")
+zoo_families = declared_in_registry("efficientnetv2")

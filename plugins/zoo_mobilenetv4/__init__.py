@@ -1,16 +1,10 @@
-"""The MobileNetV4 family plugin: its declaration is the `mobilenetv4` entry of registry.yaml.
+"""The MobileNetV4 family plugin: the `mobilenetv4` entry of registry.yaml.
 
-The architecture comes from timm through zoo_core's registry-driven builder, so this module
-only declares; nothing here imports torch.
+The architecture comes from timm through zoo_core's registry-driven builder. Nothing here imports torch.
 """
 
-from zoo_core.hookspecs import hookimpl
-from zoo_core.registry import FamilyDeclaration, builtin_families
+from zoo_core.registry import declared_in_registry
 
 __all__ = ["zoo_families"]
 
-
-@hookimpl
-def zoo_families() -> list[FamilyDeclaration]:
-    """Declare the `mobilenetv4` family from registry.yaml."""
-    return builtin_families("mobilenetv4")
+zoo_families = declared_in_registry("mobilenetv4")

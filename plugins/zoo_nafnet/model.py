@@ -179,7 +179,7 @@ class NAFNet(nn.Module):
         return restored[..., :height, :width]
 
     def loss(self, outputs: torch.Tensor, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """The training loss against ``batch["targets"]``: a mean over images (DESIGN.md E6)."""
+        """The training loss against ``batch["targets"]``: a mean over images (E6, docs/architecture.md)."""
         targets = batch["targets"]
         if self.loss_name == "psnr":
             value = psnr_loss(outputs, targets)

@@ -1,16 +1,10 @@
-"""The UNet family plugin (semantic segmentation): its declaration is the `unet` entry of registry.yaml.
+"""The UNet (semantic segmentation) family plugin: the `unet` entry of registry.yaml.
 
-The architecture lives in the sibling module ``model``, which the declared builder imports only
-when a model is built; nothing here imports torch.
+The architecture lives in the sibling module ``model``, imported only when a model is built. Nothing here imports torch.
 """
 
-from zoo_core.hookspecs import hookimpl
-from zoo_core.registry import FamilyDeclaration, builtin_families
+from zoo_core.registry import declared_in_registry
 
 __all__ = ["zoo_families"]
 
-
-@hookimpl
-def zoo_families() -> list[FamilyDeclaration]:
-    """Declare the `unet` family from registry.yaml."""
-    return builtin_families("unet")
+zoo_families = declared_in_registry("unet")

@@ -1,16 +1,10 @@
-"""The YOLOv9 family plugin (detection): its declaration is the `yolo9` entry of registry.yaml.
+"""The YOLOv9 (detection) family plugin: the `yolo9` entry of registry.yaml.
 
-The architecture lives in the sibling module ``model``, which the declared builder imports only
-when a model is built; nothing here imports torch.
+The architecture lives in the sibling module ``model``, imported only when a model is built. Nothing here imports torch.
 """
 
-from zoo_core.hookspecs import hookimpl
-from zoo_core.registry import FamilyDeclaration, builtin_families
+from zoo_core.registry import declared_in_registry
 
 __all__ = ["zoo_families"]
 
-
-@hookimpl
-def zoo_families() -> list[FamilyDeclaration]:
-    """Declare the `yolo9` family from registry.yaml."""
-    return builtin_families("yolo9")
+zoo_families = declared_in_registry("yolo9")

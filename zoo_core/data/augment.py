@@ -6,7 +6,7 @@ the end in ``keep_visible_boxes``) and masks as ``tv_tensors.Mask``, so every ge
 moves pixels, boxes and masks together. Images stay uint8 ``3×H×W``.
 
 Randomness comes only from Python's ``random`` and torch's global RNG (the v2 transforms), which
-the engine seeds per rank and per epoch (DESIGN.md E10).
+the engine seeds per rank and per epoch (E10, docs/architecture.md).
 
 Letterbox information is ``((ratio_x, ratio_y), (pad_left, pad_top))``: a pixel ``x`` of the
 original image lands at ``x * ratio_x + pad_left`` in the network input (the Ultralytics

@@ -18,7 +18,7 @@ on-disk formats, so the ordinary loaders read it::
 Spelling: ``data="shapes"`` (the default size) or ``"shapes:train=256,val=64,size=192,seed=3"``
 (any subset of the keys); ``shapes(num_train=..., ...)`` returns that string from Python.
 Generation writes into a private temporary folder beside the target and renames it into place,
-so two processes generating at once both end up using one complete copy (DESIGN.md E17).
+so two processes generating at once both end up using one complete copy (E17, docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Autobatch (``batch=-1``, DESIGN.md E7): measure what fits on one device, scale by world size.
+"""Autobatch (``batch=-1``, E7): measure what fits on one device, scale by world size.
 
 The probe runs once: in the parent before spawning, or on rank 0 under torchrun (which then
 broadcasts one long tensor). On CUDA it fits a line to the memory of forward+backward passes
@@ -15,7 +15,7 @@ from zoo_core.errors import BatchSizeError
 if TYPE_CHECKING:
     import torch
 
-    from zoo_core.tasks.base import Task
+    from zoo_core.engine.recipe import TrainingRecipe
 
 __all__ = ["CPU_DEFAULT_BATCH", "probe_batch_size", "global_batch_from_probe", "accumulation_steps", "check_divisible"]
 
@@ -23,9 +23,9 @@ CPU_DEFAULT_BATCH = 16
 _PROBE_SIZES = (1, 2, 4, 8, 16)
 
 
-def probe_batch_size(model: "torch.nn.Module", task: "Task", image_size: int, device: "torch.device",
+def probe_batch_size(model: "torch.nn.Module", recipe: "TrainingRecipe", image_size: int, device: "torch.device",
                      num_classes: int, fraction: float = 0.6) -> int:
-    """Images per device that use about ``fraction`` of ``device``'s memory in a training step."""
+    """Images per device that use about ``fraction`` of ``device``'s memory in a training step (the recipe's forward)."""
     if device.type != "cuda":
         return CPU_DEFAULT_BATCH
     import torch
@@ -34,12 +34,11 @@ def probe_batch_size(model: "torch.nn.Module", task: "Task", image_size: int, de
     total = torch.cuda.get_device_properties(device).total_memory
     measured: list[tuple[int, int]] = []
     for size in _PROBE_SIZES:
-        batch = task.preprocess(task.example_batch(size, image_size, num_classes), device)
+        batch = recipe.task.preprocess(recipe.task.example_batch(size, image_size, num_classes), device)
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
         try:
-            outputs = model(batch["images"])
-            loss, _ = task.loss(model, outputs, batch)
+            loss, _ = recipe.forward_train(model, batch)
             loss.backward()
         except torch.OutOfMemoryError:
             break

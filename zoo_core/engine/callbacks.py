@@ -1,4 +1,4 @@
-"""User callbacks and the built-in loggers. Only rank 0 calls them (DESIGN.md E9).
+"""User callbacks and the built-in loggers. Only rank 0 calls them (E9, docs/architecture.md).
 
 A callback is an object with any of the methods of ``Callback``. Training workers receive
 callbacks by pickling, so define callback classes at module level (E4, E20); the built-in
@@ -13,7 +13,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from zoo_core.engine.results import EpochReport, TrainResult
+from zoo_core.engine.train_result import EpochReport, TrainResult
 
 __all__ = ["Callback", "CsvLogger", "TensorBoardLogger", "CallbackList", "make_loggers"]
 

@@ -1,4 +1,4 @@
-"""Checkpoint writing off the training thread (DESIGN.md E16: atomic, never half a file).
+"""Checkpoint writing off the training thread (E16, docs/architecture.md: atomic, never half a file).
 
 The training thread takes a snapshot (every tensor copied to the CPU, so training may go on
 changing the originals); a background thread serialises it and writes it: temp file, fsync,

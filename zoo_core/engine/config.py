@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from zoo_core.engine.schedule import ScheduleName
 from zoo_core.errors import TrainConfigError
 
 __all__ = ["TrainConfig", "RESUME_OVERRIDABLE"]
@@ -26,7 +27,7 @@ RESUME_OVERRIDABLE = frozenset(
 
 
 class TrainConfig(BaseModel):
-    """Training arguments. ``batch`` is the global batch over all ranks (DESIGN.md E5)."""
+    """Training arguments. ``batch`` is the global batch over all ranks (E5, docs/architecture.md)."""
 
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
@@ -44,13 +45,20 @@ class TrainConfig(BaseModel):
     fraction: float = Field(1.0, gt=0, le=1, description="fraction of the training set to use")
 
     # optimisation
-    optimizer: Literal["auto", "SGD", "AdamW"] = "auto"
+    optimizer: Literal["auto", "SGD", "Adam", "AdamW"] = "auto"
     lr0: float = Field(0.01, gt=0)
     lrf: float = Field(0.01, ge=0, le=1, description="final learning rate as a fraction of lr0")
-    momentum: float = Field(0.937, ge=0, lt=1, description="SGD momentum, or AdamW beta1")
+    momentum: float = Field(0.937, ge=0, lt=1, description="SGD momentum, or Adam/AdamW beta1")
+    beta2: float = Field(0.999, ge=0, lt=1, description="Adam/AdamW beta2")
     weight_decay: float = Field(5e-4, ge=0)
-    cos_lr: bool = False
+    cos_lr: bool = Field(False, description="cosine decay (same as lr_schedule='cosine')")
+    lr_schedule: ScheduleName | None = Field(None, description="linear, cosine, flat_cosine, multistep, poly, constant; None: cos_lr decides")
+    flat_epochs: float = Field(0.0, ge=0, description="flat_cosine: epochs at the full learning rate before the cosine")
+    lr_milestones: list[float] = Field(default_factory=list, description="multistep: epochs at which lr is multiplied by lr_gamma")
+    lr_gamma: float = Field(0.1, gt=0, le=1, description="multistep: the factor at each milestone")
+    lr_power: float = Field(0.9, gt=0, description="poly: the exponent")
     warmup_epochs: float = Field(3.0, ge=0)
+    warmup_iters: int | None = Field(None, ge=0, description="warm-up length in iterations (overrides warmup_epochs)")
     warmup_momentum: float = Field(0.8, ge=0, lt=1)
     warmup_bias_lr: float = Field(0.1, ge=0)
     nbs: int | None = Field(64, ge=1, description="nominal batch: gradients accumulate to about this many images")

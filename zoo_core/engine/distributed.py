@@ -12,7 +12,7 @@ import os
 import socket
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import torch
@@ -108,6 +108,22 @@ class DistributedContext:
         tensor = torch.tensor(values, dtype=torch.float64, device=self.device)
         dist.all_reduce(tensor)
         return tensor.tolist()
+
+    def compute_on_main(self, compute: Callable[[], Any]) -> Any:
+        """Run ``compute`` on rank 0 only and give every rank its value, or its failure (never a hang)."""
+        if not self.distributed:
+            return compute()
+        outcome = None
+        if self.is_main:
+            try:
+                outcome = ("ok", compute())
+            except Exception as error:
+                self.broadcast_object(("error", f"{type(error).__name__}: {error}"))
+                raise
+        status, payload = self.broadcast_object(outcome)
+        if status == "error":
+            raise RuntimeError(f"rank 0 failed, so rank {self.rank} stops too: {payload}")
+        return payload
 
     def close(self) -> None:
         """Destroy the process group if this context created it."""

@@ -1,26 +1,31 @@
-"""Spawn training (DESIGN.md E1): one worker process per device, supervised by the caller.
+"""Starting and supervising one worker process per device: ``launch(worker, plan)``.
 
-The parent checks everything that can be checked before a process exists — spawn support
-(E13), batch divisibility (E5), that every argument pickles (E4) — prepares the data (E17),
-measures autobatch (E7), and writes the model's weights and the pickled arguments into a private
-temp directory. ``torch.multiprocessing`` then starts one worker per device with the spawn
-method. Each worker sets the torchrun variables and runs ``run_rank``, the code path a torchrun
-launch runs. The parent watches the workers: the first failure stops the others and is raised as
-one exception naming the rank (E14); a port clash on the rendezvous is retried on a fresh port
-(E15); workers die with the parent (E21). On success rank 0's best weights are loaded into the
-caller's model. The temp directory is removed whatever happens.
+The launcher knows nothing of models or training. It gives each of ``plan.world_size`` processes,
+started with the spawn method, the torchrun variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
+on loopback, MASTER_PORT) and calls ``worker(local_rank, workdir)`` there; what a worker needs
+travels as files in ``plan.workdir``, a private directory (``private_workdir``) that is removed
+whatever happens. The parent then watches:
+
+- the first worker that raises or dies stops the others, and the caller gets one exception
+  naming that rank, with its traceback (E14); zoo's own error types arrive as themselves;
+- a rendezvous port clash is retried on a fresh free port, unless the user chose the port (E15);
+- workers exit when the parent dies (E21), and a later launch sweeps the directories such a
+  parent left behind.
+
+Arguments cross the process boundary by pickling: ``pickle_arguments`` checks them before any
+process exists (E4), ``read_arguments`` turns an argument that cannot be re-created in a worker
+into the same clear error (E20).
 """
 
 from __future__ import annotations
 
 import contextlib
-import copy
 import ctypes
-import importlib
 import json
 import multiprocessing.connection
 import os
 import pickle
+import shutil
 import signal
 import sys
 import tempfile
@@ -29,40 +34,33 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Callable, Iterator
 
-from zoo_core.engine.autobatch import check_divisible, global_batch_from_probe, probe_batch_size
-from zoo_core.engine.config import TrainConfig
-from zoo_core.engine.devices import DevicePlan
+from zoo_core import errors
 from zoo_core.engine.distributed import LOOPBACK, find_free_port, is_address_in_use_error
-from zoo_core.engine.results import TrainResult
-from zoo_core.engine.seeding import seed_everything
-from zoo_core.engine.trainer import SPAWN_ERROR_DIRECTORY, SPAWNED_WORKER_MARKER, adapt_model_to_data, run_rank
-from zoo_core.errors import (
-    MasterPortInUseError,
-    SpawnGuardError,
-    SpawnNotSupportedError,
-    UnpicklableArgumentError,
-    WorkerFailedError,
-)
-from zoo_core.plugin_manager import get_plugin_manager, reset_plugin_manager
-from zoo_core.tasks import get_task
-from zoo_core.tasks.runner import check_image_size
-from zoo_core.weights import ModelMeta, save_safetensors
+from zoo_core.errors import MasterPortInUseError, UnpicklableArgumentError, WorkerFailedError
 
-if TYPE_CHECKING:
-    from zoo_core.facade import LibreYOLO
-
-__all__ = ["spawn_training", "record_worker_error", "PORT_ATTEMPTS"]
+__all__ = [
+    "LaunchPlan",
+    "launch",
+    "private_workdir",
+    "pickle_arguments",
+    "write_arguments",
+    "read_arguments",
+    "inside_spawned_worker",
+    "record_bootstrap_error",
+    "PORT_ATTEMPTS",
+    "PICKLE_HINT",
+]
 
 PORT_ATTEMPTS = 3
 GRACE_SECONDS = 3.0  # how long the other workers get to exit on their own after a failure
-_PAYLOAD = "payload.pkl"
-_RESULT = "result.pkl"
+WORKDIR_PREFIX = "zoo-spawn-"
+_SPAWNED_WORKER_MARKER = "ZOO_SPAWNED_WORKER"
+_ERROR_DIRECTORY_VARIABLE = "ZOO_SPAWN_ERROR_DIR"
+_ARGUMENTS = "arguments.pkl"
 _ERRORS = "errors"
-_WEIGHTS = "initial.safetensors"
-_TYPED_ERRORS = {cls.__name__: cls for cls in (SpawnGuardError, UnpicklableArgumentError)}
-_PICKLE_HINT = (
+PICKLE_HINT = (
     "Training on several devices sends every argument to the worker processes by pickling: use a "
     "class defined at module level of an importable module (not a lambda, a closure, or a class "
     "defined inside a function or under `if __name__ == \"__main__\":`), or the built-in loggers: "
@@ -70,98 +68,143 @@ _PICKLE_HINT = (
 )
 
 
-# --------------------------------------------------------------------------- parent side
-def spawn_training(libre: "LibreYOLO", config: TrainConfig, plan: DevicePlan, *, resume_from: Path | None = None) -> TrainResult:
-    """Train ``libre`` with one spawned worker per device of ``plan``; see the module docstring."""
-    manager = get_plugin_manager()
-    world_size = plan.world_size
-    if not manager.supports_spawn(libre.family):
-        raise SpawnNotSupportedError(
-            f"the {libre.family!r} family's plugin does not support spawning one process per device, so "
-            f"device={config.device!r} cannot start {world_size} workers from train(). Launch the ranks "
-            f"with torchrun instead, from a script that calls model.train(...) without several devices:\n\n"
-            f"    torchrun --nproc_per_node={world_size} your_script.py\n\n"
-            f"(Python API: LibreYOLO({libre.name!r}).train(data=...) inside that script.)"
-        )
-    if config.batch != -1:
-        check_divisible(config.batch, world_size)
-    arguments = _worker_arguments(libre, config, manager)
-    encoded = {name: _pickle_argument(name, value) for name, value in arguments.items()}
+@dataclass(frozen=True)
+class LaunchPlan:
+    """How many workers, where they share files, and how they meet.
 
-    task = get_task(libre.task)
-    spec = task.prepare(config.data)
-    image_size = check_image_size(libre.task, config.imgsz or libre.input_size)
-    batch = config.batch
-    if batch == -1:
-        per_device = probe_batch_size(copy.deepcopy(libre.model), task, image_size, plan.torch_device(0), max(libre.num_classes, 1))
-        batch = global_batch_from_probe(per_device, world_size, config.nbs)
-    seed_everything(config.seed)
-    model, names, num_classes = adapt_model_to_data(libre, spec)
-    meta = ModelMeta(libre.family, libre.size, libre.task, num_classes, names, image_size, "", dict(libre.options))
-    encoded.update({
-        "spec": pickle.dumps(spec),
-        "batch": pickle.dumps(batch),
-        "resume_from": pickle.dumps(resume_from),
-        "device_plan": pickle.dumps(plan),
-    })
+    ``cpu_threads``: torch threads per worker (0 keeps torch's default); ``master_port``: a port
+    the user chose (a clash is then an error, not a retry), named in messages as ``port_origin``.
+    """
 
-    with tempfile.TemporaryDirectory(prefix="zoo-spawn-") as directory:
-        workdir = Path(directory)
-        save_safetensors(workdir / _WEIGHTS, model.state_dict(), meta)
-        (workdir / _PAYLOAD).write_bytes(pickle.dumps(encoded))
-        user_port = config.master_port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
-        for attempt in range(1, PORT_ATTEMPTS + 1):
-            port = user_port or find_free_port()
-            failure = _run_workers(workdir, world_size, port, plan)
-            if failure is None:
-                break
-            if failure.port_clash:
-                if user_port is not None:
-                    raise MasterPortInUseError(
-                        f"master port {user_port} (from {'master_port=' if config.master_port else 'MASTER_PORT'}) is "
-                        f"already in use on {LOOPBACK}; choose another port, or leave it unset and zoo picks a free one"
-                    )
-                if attempt < PORT_ATTEMPTS:
-                    continue
-            raise failure.exception()
-        if not (workdir / _RESULT).is_file():
-            raise WorkerFailedError("the training workers exited without an error but rank 0 left no result; see their output above", rank=0)
-        with (workdir / _RESULT).open("rb") as stream:
-            result: TrainResult = pickle.load(stream)  # written by our own rank 0 into our private directory
-    import torch
-
-    best = torch.load(result.best, map_location="cpu", weights_only=True)["model"]
-    model.load_state_dict(best)
-    libre.model, libre.names, libre.num_classes = model.eval(), names, num_classes
-    libre.input_size, libre.weights_path = image_size, result.best
-    return result
+    world_size: int
+    workdir: Path
+    cpu_threads: int = 0
+    master_port: int | None = None
+    port_origin: str = "master_port="
 
 
-def _worker_arguments(libre: "LibreYOLO", config: TrainConfig, manager: Any) -> dict[str, Any]:
-    """Everything user-supplied the workers need, by name, so a pickling error can name it."""
-    arguments: dict[str, Any] = {"config": config.model_copy(update={"callbacks": []})}
-    for index, callback in enumerate(config.callbacks):
-        arguments[f"callbacks[{index}]"] = callback
-    for name, plugin in manager.runtime_plugins:
-        arguments[f"plugin {name!r}"] = plugin
-    arguments["plugin settings"] = {"blocked": sorted(manager.blocked_names), "autoload": manager.autoload,
-                                    "runtime": [name for name, _ in manager.runtime_plugins]}
-    return arguments
-
-
-def _pickle_argument(name: str, value: Any) -> bytes:
+# --------------------------------------------------------------------------- files
+@contextlib.contextmanager
+def private_workdir() -> Iterator[Path]:
+    """A private temp directory for one launch, removed afterwards (stale ones of dead parents are swept first)."""
+    _sweep_stale_workdirs()
+    directory = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
     try:
-        return pickle.dumps(value)
-    except Exception as error:
-        raise UnpicklableArgumentError(f"{name} = {value!r} cannot be sent to the training workers ({error}). {_PICKLE_HINT}") from None
+        yield directory
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _sweep_stale_workdirs() -> None:
+    """Remove spawn directories whose creating process no longer exists (it was killed mid-run)."""
+    for candidate in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
+        owner = candidate.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
+        if not owner.isdigit() or _process_exists(int(owner)):
+            continue
+        with contextlib.suppress(OSError):
+            if candidate.is_dir() and candidate.stat().st_uid == os.getuid():
+                shutil.rmtree(candidate, ignore_errors=True)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's live process
+    return True
+
+
+def pickle_arguments(arguments: dict[str, Any]) -> dict[str, bytes]:
+    """Pickle each argument by name; ``UnpicklableArgumentError`` naming the first that fails (E4)."""
+    encoded: dict[str, bytes] = {}
+    for name, value in arguments.items():
+        try:
+            encoded[name] = pickle.dumps(value)
+        except Exception as error:
+            raise UnpicklableArgumentError(
+                f"{name} = {value!r} cannot be sent to the training workers ({error}). {PICKLE_HINT}"
+            ) from None
+    return encoded
+
+
+def write_arguments(workdir: Path, encoded: dict[str, bytes]) -> None:
+    """Store pickled arguments for the workers (``pickle_arguments`` output)."""
+    (workdir / _ARGUMENTS).write_bytes(pickle.dumps(encoded))
+
+
+def read_arguments(workdir: Path, names: list[str] | None = None) -> dict[str, Any]:
+    """The arguments in a worker, unpickled in order; ``UnpicklableArgumentError`` naming one that fails (E20)."""
+    encoded: dict[str, bytes] = pickle.loads((workdir / _ARGUMENTS).read_bytes())  # our own private file
+    decoded: dict[str, Any] = {}
+    for name in names or list(encoded):
+        try:
+            decoded[name] = pickle.loads(encoded[name])
+        except Exception as error:
+            raise UnpicklableArgumentError(
+                f"{name} could not be re-created in a training worker ({type(error).__name__}: {error}). Its class "
+                "is probably defined under `if __name__ == \"__main__\":` or in a notebook, which the workers "
+                f"cannot import. {PICKLE_HINT}"
+            ) from None
+    return decoded
+
+
+# --------------------------------------------------------------------------- E3
+def inside_spawned_worker() -> bool:
+    """True in a process the launcher started (a training call there means a missing ``__main__`` guard)."""
+    return bool(os.environ.get(_SPAWNED_WORKER_MARKER))
+
+
+def record_bootstrap_error(error: BaseException) -> None:
+    """In a spawned worker, leave ``error`` where the parent reads it, before the worker's rank is known."""
+    directory = os.environ.get(_ERROR_DIRECTORY_VARIABLE)
+    if directory:
+        with contextlib.suppress(OSError):
+            _record_error(Path(directory), None, error)
+
+
+def _record_error(errors_dir: Path, rank: int | None, error: BaseException) -> None:
+    errors_dir.mkdir(parents=True, exist_ok=True)
+    record = {
+        "rank": rank,
+        "pid": os.getpid(),
+        "type": f"{type(error).__module__}.{type(error).__qualname__}",
+        "message": str(error),
+        "traceback": "".join(traceback.format_exception(error)),
+        "time": time.time(),
+    }
+    target = errors_dir / f"{'bootstrap' if rank is None else f'rank{rank}'}-{os.getpid()}.json"
+    temporary = target.with_suffix(".tmp")
+    temporary.write_text(json.dumps(record), encoding="utf-8")
+    os.replace(temporary, target)
+
+
+# --------------------------------------------------------------------------- parent side
+def launch(worker: Callable[[int, Path], None], plan: LaunchPlan) -> None:
+    """Run ``worker(local_rank, plan.workdir)`` in ``plan.world_size`` spawned processes; raise the first failure."""
+    for attempt in range(1, PORT_ATTEMPTS + 1):
+        port = plan.master_port or find_free_port()
+        failure = _run_workers(worker, plan, port)
+        if failure is None:
+            return
+        if failure.port_clash:
+            if plan.master_port is not None:
+                raise MasterPortInUseError(
+                    f"master port {plan.master_port} (from {plan.port_origin}) is already in use on {LOOPBACK}; "
+                    "choose another port, or leave it unset and zoo picks a free one"
+                )
+            if attempt < PORT_ATTEMPTS:
+                continue
+        raise failure.exception()
 
 
 @contextlib.contextmanager
 def _worker_environment(error_directory: Path) -> Iterator[None]:
     """Mark the environment the children inherit, only while they are being started."""
-    saved = {name: os.environ.get(name) for name in (SPAWNED_WORKER_MARKER, SPAWN_ERROR_DIRECTORY)}
-    os.environ[SPAWNED_WORKER_MARKER] = "1"
-    os.environ[SPAWN_ERROR_DIRECTORY] = str(error_directory)
+    saved = {name: os.environ.get(name) for name in (_SPAWNED_WORKER_MARKER, _ERROR_DIRECTORY_VARIABLE)}
+    os.environ[_SPAWNED_WORKER_MARKER] = "1"
+    os.environ[_ERROR_DIRECTORY_VARIABLE] = str(error_directory)
     try:
         yield
     finally:
@@ -170,6 +213,15 @@ def _worker_environment(error_directory: Path) -> Iterator[None]:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
+
+
+def _typed_error_class(type_name: str) -> type[Exception] | None:
+    """zoo's own error class named ``type_name`` (re-raised as itself in the parent), if it is one."""
+    module, _, name = type_name.rpartition(".")
+    candidate = getattr(errors, name, None) if module == errors.__name__ else None
+    if isinstance(candidate, type) and issubclass(candidate, errors.ZooError) and candidate is not WorkerFailedError:
+        return candidate
+    return None
 
 
 @dataclass
@@ -186,15 +238,21 @@ class _Failure:
 
     def exception(self) -> Exception:
         record = self.record or {}
-        error_class = _TYPED_ERRORS.get(record.get("type", "").rsplit(".", 1)[-1])
-        if error_class is not None:
-            return error_class(record["message"])
         if record:
-            return WorkerFailedError(
+            worker_error = WorkerFailedError(
                 f"training worker rank {self.rank} failed: {record['type']}: {record['message']}\n\n"
                 f"--- traceback of rank {self.rank} ---\n{record['traceback']}",
                 rank=self.rank, worker_traceback=record["traceback"],
             )
+            error_class = _typed_error_class(record.get("type", ""))
+            if error_class is None:
+                return worker_error
+            try:
+                typed = error_class(record["message"])
+            except TypeError:  # a constructor with other arguments
+                return worker_error
+            typed.__cause__ = worker_error  # the worker's traceback stays visible
+            return typed
         if self.exit_code is not None and self.exit_code < 0:
             try:
                 name = signal.Signals(-self.exit_code).name
@@ -210,28 +268,27 @@ class _Failure:
         )
 
 
-def _run_workers(workdir: Path, world_size: int, port: int, plan: DevicePlan) -> _Failure | None:
+def _run_workers(worker: Callable[[int, Path], None], plan: LaunchPlan, port: int) -> _Failure | None:
     """Start the workers and wait; the first failure stops the rest and is returned (None: success)."""
     import torch.multiprocessing as torch_mp
 
-    errors = workdir / _ERRORS
-    errors.mkdir(exist_ok=True)
-    for stale in errors.iterdir():
+    errors_dir = plan.workdir / _ERRORS
+    errors_dir.mkdir(exist_ok=True)
+    for stale in errors_dir.iterdir():
         stale.unlink()
-    cpu_threads = max(1, (os.cpu_count() or 1) // world_size) if plan.kind == "cpu" else 0
-    with _worker_environment(errors):
+    with _worker_environment(errors_dir):
         context = torch_mp.start_processes(
-            _worker_main, args=(str(workdir), world_size, port, cpu_threads, os.getpid()),
-            nprocs=world_size, join=False, start_method="spawn",
+            _worker_entry, args=(worker, str(plan.workdir), plan.world_size, port, plan.cpu_threads, os.getpid()),
+            nprocs=plan.world_size, join=False, start_method="spawn",
         )
     processes = list(context.processes)
     try:
-        return _wait(processes, errors)
+        return _wait(processes, errors_dir)
     finally:
         _stop(processes)
 
 
-def _wait(processes: list[Any], errors: Path) -> _Failure | None:
+def _wait(processes: list[Any], errors_dir: Path) -> _Failure | None:
     pending = {process.sentinel: rank for rank, process in enumerate(processes)}
     while pending:
         ready = multiprocessing.connection.wait(list(pending), timeout=1.0)
@@ -245,13 +302,13 @@ def _wait(processes: list[Any], errors: Path) -> _Failure | None:
             deadline = time.monotonic() + GRACE_SECONDS
             while time.monotonic() < deadline and any(process.is_alive() for process in processes):
                 time.sleep(0.05)
-            return _first_failure(failed, processes, errors)
+            return _first_failure(failed, processes, errors_dir)
     return None
 
 
-def _first_failure(failed: list[int], processes: list[Any], errors: Path) -> _Failure:
+def _first_failure(failed: list[int], processes: list[Any], errors_dir: Path) -> _Failure:
     records = []
-    for path in errors.glob("*.json"):
+    for path in errors_dir.glob("*.json"):
         with contextlib.suppress(OSError, ValueError):
             records.append(json.loads(path.read_text(encoding="utf-8")))
     bootstrap = [record for record in records if record.get("rank") is None]
@@ -281,23 +338,6 @@ def _stop(processes: list[Any]) -> None:
 
 
 # --------------------------------------------------------------------------- worker side
-def record_worker_error(errors: Path, rank: int | None, error: BaseException) -> None:
-    """Leave ``error`` (type, message, traceback, time) where the parent reads it."""
-    errors.mkdir(parents=True, exist_ok=True)
-    record = {
-        "rank": rank,
-        "pid": os.getpid(),
-        "type": f"{type(error).__module__}.{type(error).__qualname__}",
-        "message": str(error),
-        "traceback": "".join(traceback.format_exception(error)),
-        "time": time.time(),
-    }
-    target = errors / f"{'bootstrap' if rank is None else f'rank{rank}'}-{os.getpid()}.json"
-    temporary = target.with_suffix(".tmp")
-    temporary.write_text(json.dumps(record), encoding="utf-8")
-    os.replace(temporary, target)
-
-
 def _die_with_parent(parent_pid: int) -> None:
     """Exit as soon as the parent dies (E21): PR_SET_PDEATHSIG on Linux, plus a watchdog thread."""
     if sys.platform.startswith("linux"):
@@ -315,29 +355,9 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="zoo-parent-watchdog", daemon=True).start()
 
 
-def _unpickle_arguments(workdir: Path) -> dict[str, Any]:
-    encoded: dict[str, bytes] = pickle.loads((workdir / _PAYLOAD).read_bytes())  # our own private file
-    settings = pickle.loads(encoded["plugin settings"])
-    manager = reset_plugin_manager(block=settings["blocked"], autoload=settings["autoload"])
-    decoded: dict[str, Any] = {}
-    for name, data in encoded.items():
-        try:
-            decoded[name] = pickle.loads(data)
-        except Exception as error:
-            raise UnpicklableArgumentError(
-                f"{name} could not be re-created in a training worker ({type(error).__name__}: {error}). Its class "
-                "is probably defined under `if __name__ == \"__main__\":` or in a notebook, which the workers "
-                f"cannot import. {_PICKLE_HINT}"
-            ) from None
-        if name.startswith("plugin '"):
-            plugin_name = name[len("plugin '"):-1]
-            plugin = decoded[name]
-            manager.register_family_plugin(importlib.import_module(plugin) if isinstance(plugin, str) else plugin, plugin_name)
-    return decoded
-
-
-def _worker_main(local_rank: int, workdir_text: str, world_size: int, port: int, cpu_threads: int, parent_pid: int) -> None:
-    """One spawned worker: become rank ``local_rank`` and run the torchrun code path."""
+def _worker_entry(local_rank: int, worker: Callable[[int, Path], None], workdir_text: str, world_size: int, port: int,
+                  cpu_threads: int, parent_pid: int) -> None:
+    """One spawned process: become rank ``local_rank`` (torchrun variables) and run ``worker``."""
     _die_with_parent(parent_pid)
     workdir = Path(workdir_text)
     os.environ.update({
@@ -345,28 +365,13 @@ def _worker_main(local_rank: int, workdir_text: str, world_size: int, port: int,
         "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(port),
     })
     try:
-        import torch
-
         if cpu_threads:
+            import torch
+
             torch.set_num_threads(cpu_threads)
-        arguments = _unpickle_arguments(workdir)
-        from zoo_core.facade import LibreYOLO
-
-        libre = LibreYOLO(workdir / _WEIGHTS)  # family, size, classes and builder options from its metadata
-        count = sum(1 for name in arguments if name.startswith("callbacks["))
-        callbacks = [arguments[f"callbacks[{index}]"] for index in range(count)]
-        config: TrainConfig = arguments["config"].model_copy(update={"callbacks": callbacks})
-        plan: DevicePlan = arguments["device_plan"]
-
-        def keep_result(result: TrainResult) -> None:
-            (workdir / _RESULT).write_bytes(pickle.dumps(result))
-
-        run_rank(
-            libre, config, device=plan.torch_device(local_rank), spec=arguments["spec"], batch=arguments["batch"],
-            resume_from=arguments["resume_from"], on_result=keep_result,
-        )
+        worker(local_rank, workdir)
     except BaseException as error:
-        record_worker_error(workdir / _ERRORS, local_rank, error)
+        _record_error(workdir / _ERRORS, local_rank, error)
         traceback.print_exc()
         # An explicit non-zero exit: torch's process wrapper would treat KeyboardInterrupt as a clean exit.
         sys.exit(1)

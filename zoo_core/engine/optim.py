@@ -1,102 +1,110 @@
-"""Optimizer, parameter groups and the learning-rate schedule.
+"""Parameter groups and optimizers.
 
-Norm weights and biases get no weight decay (decaying them only shrinks scales the next layer
-undoes). The schedule is warm-up (per iteration) then cosine or linear decay to ``lr0 * lrf``
-(per epoch), Ultralytics' recipe, so published YOLO hyperparameters carry over.
+Weights of convolutions and linear layers decay; normalisation weights, other 1-D scales and
+biases do not (decaying them only shrinks scales the next layer undoes). A family's recipe may
+also give parts of the model their own learning-rate multiplier (``lr_multipliers``: a DETR's
+backbone learns at a tenth of the rate of its head), which splits each kind further.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Literal, Mapping
 
-import numpy as np
 import torch
 from torch import nn
 
-__all__ = ["ParameterGroups", "split_parameter_groups", "build_optimizer", "lr_factor", "WarmupPlan", "auto_optimizer"]
+__all__ = ["ParameterGroup", "OptimizerName", "split_parameter_groups", "build_optimizer", "auto_optimizer"]
 
+OptimizerName = Literal["SGD", "Adam", "AdamW"]
 _NORM_TYPES = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm, nn.InstanceNorm1d, nn.InstanceNorm2d)
 
 
 @dataclass
-class ParameterGroups:
-    """Trainable parameters split by how they are regularised."""
+class ParameterGroup:
+    """Parameters trained alike: one optimizer param group.
 
-    decay: list[nn.Parameter]
-    no_decay_weights: list[nn.Parameter]  # normalisation weights and other 1-D scales
-    biases: list[nn.Parameter]
+    ``kind`` is ``"decay"`` (conv/linear weights), ``"no_decay"`` (norm weights, 1-D scales) or
+    ``"bias"``; biases warm up from ``warmup_bias_lr``. ``lr_scale`` multiplies the base rate.
+    """
+
+    name: str
+    kind: Literal["decay", "no_decay", "bias"]
+    params: list[nn.Parameter] = field(default_factory=list)
+    lr_scale: float = 1.0
 
 
-def split_parameter_groups(model: nn.Module) -> ParameterGroups:
-    """Weights of convolutions/linears decay; norm weights, 1-D scales and biases do not."""
-    groups = ParameterGroups([], [], [])
+def _kind_of(module: nn.Module, name: str, parameter: nn.Parameter) -> Literal["decay", "no_decay", "bias"]:
+    if name == "bias":
+        return "bias"
+    if isinstance(module, _NORM_TYPES) or parameter.ndim <= 1 or "norm" in type(module).__name__.lower():
+        return "no_decay"
+    return "decay"
+
+
+def split_parameter_groups(model: nn.Module, lr_multipliers: Mapping[str, float] | None = None) -> list[ParameterGroup]:
+    """Trainable parameters by kind and learning-rate multiplier, in a fixed order.
+
+    ``lr_multipliers`` maps a parameter-name prefix (``"backbone."``) to a multiplier; the first
+    matching prefix wins, unmatched parameters get 1. Groups come out as decay, no_decay, bias for
+    multiplier 1, then the same three for each multiplier in the mapping's order; empty groups
+    are kept (the order stays the same whatever the model), so checkpoints restore by position.
+    """
+    multipliers = dict(lr_multipliers or {})
+    scales = [1.0, *[scale for scale in multipliers.values() if scale != 1.0]]
+    scales = list(dict.fromkeys(scales))
+    groups = {
+        (scale, kind): ParameterGroup(name=f"{kind}" if scale == 1.0 else f"{kind}@x{scale:g}", kind=kind, lr_scale=scale)
+        for scale in scales
+        for kind in ("decay", "no_decay", "bias")
+    }
     seen: set[int] = set()
-    for module in model.modules():
+    for module_name, module in model.named_modules():
         for name, parameter in module.named_parameters(recurse=False):
             if not parameter.requires_grad or id(parameter) in seen:
                 continue
             seen.add(id(parameter))
-            if name == "bias":
-                groups.biases.append(parameter)
-            elif isinstance(module, _NORM_TYPES) or parameter.ndim <= 1 or "norm" in type(module).__name__.lower():
-                groups.no_decay_weights.append(parameter)
-            else:
-                groups.decay.append(parameter)
-    return groups
+            full_name = f"{module_name}.{name}" if module_name else name
+            scale = next((value for prefix, value in multipliers.items() if full_name.startswith(prefix)), 1.0)
+            groups[(scale, _kind_of(module, name, parameter))].params.append(parameter)
+    return list(groups.values())
 
 
-def auto_optimizer(iterations: int) -> tuple[str, float]:
+def auto_optimizer(iterations: int) -> tuple[OptimizerName, float]:
     """The ``optimizer="auto"`` choice: AdamW (lr 1e-3) for short runs, SGD (lr 0.01) for long ones."""
     return ("AdamW", 0.001) if iterations < 10_000 else ("SGD", 0.01)
 
 
-def build_optimizer(model: nn.Module, name: str, lr: float, momentum: float, weight_decay: float) -> torch.optim.Optimizer:
-    """SGD (Nesterov) or AdamW over three groups; only group 0 (weights) decays.
+def build_optimizer(
+    groups: list[ParameterGroup],
+    name: OptimizerName,
+    lr: float,
+    *,
+    momentum: float,
+    weight_decay: float,
+    beta2: float = 0.999,
+) -> torch.optim.Optimizer:
+    """SGD (Nesterov when there is momentum), Adam or AdamW over ``groups``.
 
-    Group order is fixed (decay weights, norm weights, biases): warm-up treats group 2 as biases.
+    Only ``decay`` groups get ``weight_decay``. Each param group records ``initial_lr`` (its
+    scheduled peak) and ``lr_scale`` for the schedule; ``foreach`` kernels update all tensors of a
+    group at once.
     """
-    groups = split_parameter_groups(model)
     param_groups = [
-        {"params": groups.decay, "weight_decay": weight_decay},
-        {"params": groups.no_decay_weights, "weight_decay": 0.0},
-        {"params": groups.biases, "weight_decay": 0.0},
+        {
+            "params": group.params,
+            "weight_decay": weight_decay if group.kind == "decay" else 0.0,
+            "lr": lr * group.lr_scale,
+            "initial_lr": lr * group.lr_scale,
+            "lr_scale": group.lr_scale,
+            "name": group.name,
+        }
+        for group in groups
     ]
     if name == "SGD":
-        return torch.optim.SGD(param_groups, lr=lr, momentum=momentum, nesterov=momentum > 0)
+        return torch.optim.SGD(param_groups, lr=lr, momentum=momentum, nesterov=momentum > 0, foreach=True)
+    if name == "Adam":
+        return torch.optim.Adam(param_groups, lr=lr, betas=(momentum, beta2), foreach=True)
     if name == "AdamW":
-        return torch.optim.AdamW(param_groups, lr=lr, betas=(momentum, 0.999))
-    raise ValueError(f"optimizer {name!r} is not one of SGD, AdamW")
-
-
-def lr_factor(epochs: int, lrf: float, cosine: bool) -> Callable[[int], float]:
-    """Per-epoch multiplier of ``lr0``: 1 at epoch 0, ``lrf`` at the last epoch."""
-    if cosine:
-        return lambda epoch: ((1 - math.cos(epoch * math.pi / epochs)) / 2) * (lrf - 1) + 1
-    return lambda epoch: max(1 - epoch / epochs, 0) * (1.0 - lrf) + lrf
-
-
-@dataclass
-class WarmupPlan:
-    """Per-iteration warm-up of the first ``iterations`` steps: lr from 0 (biases from ``bias_lr``)
-    and momentum from ``start_momentum`` towards their scheduled values."""
-
-    iterations: int
-    bias_lr: float
-    start_momentum: float
-    momentum: float
-
-    def apply(self, optimizer: torch.optim.Optimizer, iteration: int, scheduled_lrs: list[float]) -> None:
-        """Set each group's lr (and momentum) for ``iteration`` (a no-op once warm-up is over)."""
-        if iteration >= self.iterations:
-            return
-        points = [0, self.iterations]
-        for index, group in enumerate(optimizer.param_groups):
-            start = self.bias_lr if index == 2 else 0.0
-            group["lr"] = float(np.interp(iteration, points, [start, scheduled_lrs[index]]))
-            new_momentum = float(np.interp(iteration, points, [self.start_momentum, self.momentum]))
-            if "momentum" in group:
-                group["momentum"] = new_momentum
-            elif "betas" in group:
-                group["betas"] = (new_momentum, group["betas"][1])
+        return torch.optim.AdamW(param_groups, lr=lr, betas=(momentum, beta2), foreach=True)
+    raise ValueError(f"optimizer {name!r} is not one of SGD, Adam, AdamW")

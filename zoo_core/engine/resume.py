@@ -1,50 +1,73 @@
-"""Resuming a run (DESIGN.md E16): finding the checkpoint and restoring the run's arguments.
+"""Resuming a run (E16): finding the checkpoint and restoring the run's arguments and model.
 
-A training checkpoint (``weights/last.pt``) holds the model, the EMA, optimizer and scheduler
-states, the epoch, the best fitness, the history and the run's arguments. Resuming continues in
-the run's own directory with the same arguments; only where it runs may change.
+A training checkpoint (``weights/last.pt``) holds the model, the EMA, the optimizer state, the
+epoch and iteration, the best fitness, the history and the run's arguments. Resuming continues
+in the run's own directory with the same arguments; only where it runs may change.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from zoo_core.engine.config import RESUME_OVERRIDABLE, TrainConfig
-from zoo_core.errors import ResumeError
+from zoo_core.engine.spec import ModelSpec
+from zoo_core.errors import ResumeError, ZooError
+from zoo_core.weights import ModelMeta, read_checkpoint
 
-if TYPE_CHECKING:
-    from zoo_core.facade import LibreYOLO
+__all__ = ["find_resume_checkpoint", "read_training_checkpoint", "config_for_resume", "spec_for_resume"]
 
-__all__ = ["find_resume_checkpoint", "read_training_checkpoint", "config_for_resume"]
+_TRUE = ("true", "True")
 
 
-def find_resume_checkpoint(libre: "LibreYOLO", resume: Any, project: str | Path = "runs") -> Path | None:
-    """The checkpoint ``resume=`` points at: a path, or (True) the model's own ``last.pt`` or the newest run's."""
+def find_resume_checkpoint(spec: ModelSpec, resume: Any, project: str | Path = "runs") -> Path | None:
+    """The checkpoint ``resume=`` points at: a path, or (True) the model's own ``last.pt`` or the newest fitting run's.
+
+    With ``resume=True`` only a run of the same family and size fits; a newer run of another
+    model is named in the error rather than resumed.
+    """
     if resume in (False, None, "", "false", "False"):
         return None
-    if isinstance(resume, (str, Path)) and str(resume) not in ("true", "True"):
+    if isinstance(resume, (str, Path)) and str(resume) not in _TRUE:
         path = Path(resume)
+        if path.is_dir():
+            raise ResumeError(f"resume={str(resume)!r} is a directory; give the path of a run's weights/last.pt")
         if not path.is_file():
             raise ResumeError(f"resume={str(resume)!r}: no such checkpoint file; give the path of a run's weights/last.pt")
         return path
-    if resume is not True and str(resume) not in ("true", "True"):
+    if resume is not True and str(resume) not in _TRUE:
         raise ResumeError(f"resume={resume!r}: use True (continue the model's own or the newest run) or a path to a last.pt")
-    if libre.weights_path is not None and libre.weights_path.suffix == ".pt":
-        return libre.weights_path
-    candidates = sorted(Path(project).glob(f"{libre.task}/*/weights/last.pt"), key=lambda path: path.stat().st_mtime)
+    if spec.source is not None and spec.source.suffix == ".pt":
+        return spec.source
+    pattern = Path(project) / spec.task / "*" / "weights" / "last.pt"
+    candidates = sorted(Path(project).glob(f"{spec.task}/*/weights/last.pt"), key=lambda path: path.stat().st_mtime, reverse=True)
     if not candidates:
         raise ResumeError(
-            f"resume=True found no checkpoint: {libre!r} was not loaded from a last.pt and "
-            f"{Path(project) / libre.task}/*/weights/last.pt matches nothing; pass resume='path/to/last.pt'"
+            f"resume=True found no checkpoint: the {spec.name} model was not loaded from a last.pt and "
+            f"{pattern} matches nothing; pass resume='path/to/last.pt'"
         )
-    return candidates[-1]
+    others = []
+    for candidate in candidates:
+        meta = _meta_of(candidate)
+        if meta is not None and (meta.family, meta.size) == (spec.family, spec.size):
+            return candidate
+        others.append(f"{candidate} ({f'{meta.family}-{meta.size}' if meta else 'unreadable'})")
+    raise ResumeError(
+        f"resume=True looks for the newest run of {spec.name} under {Path(project) / spec.task}, but the runs there "
+        f"hold other models: {', '.join(others[:3])}. Pass resume='path/to/last.pt' of a {spec.name} run, or start "
+        "a new run (resume=False)"
+    )
+
+
+def _meta_of(path: Path) -> ModelMeta | None:
+    try:
+        return read_checkpoint(path)[1]
+    except ZooError:
+        return None
 
 
 def read_training_checkpoint(path: Path) -> dict[str, Any]:
     """A training checkpoint (``weights_only=True``); ``ResumeError`` if it cannot be resumed."""
-    from zoo_core.weights import read_checkpoint
-
     _, _, checkpoint = read_checkpoint(path)
     missing = [key for key in ("optimizer", "epoch", "config", "train_model", "run_dir") if key not in checkpoint]
     if missing:
@@ -67,3 +90,16 @@ def config_for_resume(path: Path, kwargs: dict[str, Any]) -> TrainConfig:
     if int(checkpoint["epoch"]) + 1 >= config.epochs:
         raise ResumeError(f"{path} finished all {config.epochs} epochs; nothing to resume. Start a new run (resume=False) to train further")
     return config
+
+
+def spec_for_resume(path: Path, spec: ModelSpec) -> ModelSpec:
+    """The model the checkpoint at ``path`` continues; ``ResumeError`` if it is another family or size than ``spec``."""
+    _, meta, _ = read_checkpoint(path)
+    if meta is None:
+        raise ResumeError(f"{path} carries no model metadata; resume from a run's weights/last.pt written by zoo")
+    if (meta.family, meta.size) != (spec.family, spec.size):
+        raise ResumeError(
+            f"{path} is a checkpoint of {meta.family}-{meta.size}, not of {spec.name}; resume it with "
+            f"LibreYOLO({str(path)!r}).train(resume=True), or pass the last.pt of a {spec.name} run"
+        )
+    return ModelSpec.from_meta(meta, source=path)

@@ -1,4 +1,4 @@
-"""Seeds (DESIGN.md E10): every rank draws its own augmentations, and every run repeats.
+"""Seeds (E10, docs/architecture.md): every rank draws its own augmentations, and every run repeats.
 
 Each epoch re-derives the Python, NumPy and torch generators from ``(seed, rank, epoch)``, so
 ranks differ from each other, identical runs repeat exactly, and a resumed run continues with

@@ -1,4 +1,4 @@
-"""SyncBatchNorm for every backend: torch's on CUDA, the engine's own on CPU/gloo (DESIGN.md E8).
+"""SyncBatchNorm for every backend: torch's on CUDA, the engine's own on CPU/gloo (E8, docs/architecture.md).
 
 torch's ``nn.SyncBatchNorm`` refuses CPU tensors, so CPU ranks (gloo) would otherwise train
 with per-rank statistics. ``CpuSyncBatchNorm`` computes batch statistics over the global batch

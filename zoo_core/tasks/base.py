@@ -28,7 +28,7 @@ Model contract (what ``build_model`` must return, per task):
   the scalar to back-propagate and ``items`` maps names to detached scalars for logging. The
   loss is normalised per sample (a mean over the local batch, never scaled by the local batch
   size or the world size): DDP averages gradients, so two ranks at batch B/2 then equal one
-  process at batch B (DESIGN.md E6). A constant gain is allowed. Without ``model.loss`` the
+  process at batch B (E6, docs/architecture.md). A constant gain is allowed. Without ``model.loss`` the
   task's default loss is used.
 - detection also needs ``model.postprocess(outputs, conf, iou, max_det)`` on eval outputs,
   returning one dict per image with ``boxes`` (n×4 xyxy in input pixels), ``scores`` (n) and
@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
     from zoo_core.data.images import SourceImage
-    from zoo_core.tasks.results import Result
+    from zoo_core.tasks.predictions import Result
 
 __all__ = ["DataSpec", "AugmentSettings", "Task", "ModelContractError", "move_to_device", "unwrap_model"]
 
@@ -133,7 +133,7 @@ class Task(abc.ABC):
     """Everything that is the same for every family of one task.
 
     Randomness (augmentation) must come only from Python's ``random``, NumPy's global RNG or
-    torch's global RNG: the engine seeds those per rank and per epoch (DESIGN.md E10), and
+    torch's global RNG: the engine seeds those per rank and per epoch (E10, docs/architecture.md), and
     DataLoader workers are seeded from them.
     """
 

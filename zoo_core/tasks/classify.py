@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from zoo_core.data.images import SourceImage
-    from zoo_core.tasks.results import ClassificationResult
+    from zoo_core.tasks.predictions import ClassificationResult
 
 __all__ = ["ClassifyTask", "IMAGE_SUFFIXES", "IMAGENET_MEAN", "IMAGENET_STD", "ClassFolderDataset"]
 
@@ -171,7 +171,7 @@ class ClassifyTask(Task):
     ) -> "list[ClassificationResult]":
         import torch
 
-        from zoo_core.tasks.results import ClassificationResult
+        from zoo_core.tasks.predictions import ClassificationResult
 
         resize = self.transform(image_size, None)
         results = []

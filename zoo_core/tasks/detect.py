@@ -43,7 +43,7 @@ from zoo_core.data.images import read_image
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.data.yolo_format import DetectionRecord, index_detection_split, read_detection_yaml
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device, unwrap_model
-from zoo_core.tasks.results import DetectionResult
+from zoo_core.tasks.predictions import DetectionResult
 
 if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage

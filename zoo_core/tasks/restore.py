@@ -30,7 +30,7 @@ from zoo_core.data.images import read_image
 from zoo_core.data.restore_format import RestoreRecord, degrade, index_restore_split, read_restore_layout
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device
-from zoo_core.tasks.results import RestorationResult
+from zoo_core.tasks.predictions import RestorationResult
 
 if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage

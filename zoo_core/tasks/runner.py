@@ -18,14 +18,11 @@ from zoo_core.tasks import get_task
 if TYPE_CHECKING:
     import torch
 
-    from zoo_core.tasks.results import Result
+    from zoo_core.tasks.predictions import Result
 
-__all__ = ["validate", "predict", "resolve_device", "check_image_size", "STRIDE"]
+__all__ = ["validate", "predict", "resolve_device", "check_image_size"]
 
 LOGGER = logging.getLogger(__name__)
-# Input sizes of detection and segmentation networks must be multiples of their largest stride.
-STRIDE = 32
-_STRIDED_TASKS = ("detect", "semantic")
 
 
 def resolve_device(device: Any = None) -> "torch.device":
@@ -38,7 +35,7 @@ def resolve_device(device: Any = None) -> "torch.device":
 
     if isinstance(device, torch.device):
         return device
-    from zoo_core.engine.devices import resolve_device_plan
+    from zoo_core.devices import resolve_device_plan
 
     plan = resolve_device_plan(device)
     if plan.multi_device:
@@ -48,13 +45,17 @@ def resolve_device(device: Any = None) -> "torch.device":
     return plan.torch_device(0)
 
 
-def check_image_size(task: str, image_size: int) -> int:
-    """``image_size`` for ``task``, rounded up to a multiple of ``STRIDE`` (with a warning) where the task needs it."""
+def check_image_size(image_size: int, multiple: int = 1) -> int:
+    """``image_size`` rounded up to a multiple of ``multiple`` (with a warning when it changes).
+
+    ``multiple`` is what the model's family accepts (its recipe's ``input_size_multiple``: the
+    largest stride of a CNN, the patch size of a ViT).
+    """
     if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 16:
         raise ValueError(f"imgsz must be an integer of at least 16 pixels, got {image_size!r}")
-    if task in _STRIDED_TASKS and image_size % STRIDE:
-        rounded = -(-image_size // STRIDE) * STRIDE
-        warnings.warn(f"imgsz={image_size} is not a multiple of {STRIDE}; using {rounded}", stacklevel=3)
+    if multiple > 1 and image_size % multiple:
+        rounded = -(-image_size // multiple) * multiple
+        warnings.warn(f"imgsz={image_size} is not a multiple of {multiple}; using {rounded}", stacklevel=3)
         return rounded
     return image_size
 
@@ -78,14 +79,15 @@ def validate(
     workers: int = 2,
     conf: float = 0.001,
     iou: float = 0.7,
+    size_multiple: int = 1,
 ) -> dict[str, float]:
     """The task's metrics of ``libre``'s model on split ``split`` of ``data``.
 
     Args:
         data: a built-in dataset name (``"shapes"``), a dataset YAML or a folder.
         batch: images per forward pass.
-        imgsz: input size (default: the model's); rounded up to a multiple of 32 for detection
-            and segmentation.
+        imgsz: input size (default: the model's); rounded up to a multiple of ``size_multiple``
+            (the family's: 32 for YOLO detectors and segmentation CNNs).
         device: ``"cpu"``, ``0``, ``"cuda:0"``, ``"mps"``, ``"auto"``/``None``.
         split: ``"val"``, ``"test"`` (when the dataset has one) or ``"train"``.
         workers: DataLoader worker processes.
@@ -107,7 +109,7 @@ def validate(
             f"{libre.num_classes}; validate a model trained on this dataset (its best.pt), or build one with "
             f"LibreYOLO(name, names=[...]) for these classes"
         )
-    image_size = check_image_size(libre.task, imgsz or libre.input_size)
+    image_size = check_image_size(imgsz or libre.input_size, size_multiple)
     torch_device = resolve_device(device)
     dataset = task.dataset(spec, split, image_size, None)
     loader = DataLoader(
@@ -135,6 +137,7 @@ def predict(
     project: str | os.PathLike[str] = "runs",
     name: str = "predict",
     max_det: int = 300,
+    size_multiple: int = 1,
 ) -> "list[Result]":
     """Predict on ``source``; one result per image, in original-image coordinates.
 
@@ -146,13 +149,14 @@ def predict(
         conf, iou, max_det: detection thresholds (score, NMS IoU, detections per image).
         imgsz: input size (default: the model's; restoration always runs at full size).
         device: ``"cpu"``, ``0``, ``"cuda:0"``, ``"mps"``, ``"auto"``/``None``.
+        size_multiple: input sizes are rounded up to a multiple of this (the family's).
     """
     from zoo_core.data.images import load_sources
     from zoo_core.run_dirs import next_run_dir
 
     sources = load_sources(source)
     task = _task_for(libre, conf, iou)
-    image_size = check_image_size(libre.task, imgsz or libre.input_size)
+    image_size = check_image_size(imgsz or libre.input_size, size_multiple)
     torch_device = resolve_device(device)
     model = libre.model.to(torch_device).eval()
     results = task.predict(model, sources, torch_device, image_size, libre.names, conf=conf, iou=iou, max_det=max_det)

@@ -33,7 +33,7 @@ from zoo_core.data.mask_format import SemanticRecord, index_semantic_split, read
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device
 from zoo_core.tasks.classify import imagenet_normalise
-from zoo_core.tasks.results import SegmentationResult
+from zoo_core.tasks.predictions import SegmentationResult
 
 if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage

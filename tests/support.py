@@ -1,4 +1,4 @@
-"""Shared helpers of the engine tests: small on-disk datasets and process inspection."""
+"""Helpers shared by the tests: small on-disk datasets, subprocess scripts and process inspection."""
 
 from __future__ import annotations
 
@@ -10,15 +10,13 @@ from pathlib import Path
 import numpy as np
 from PIL import Image
 
-from zoo_core.plugin_manager import register_plugin
-
-from . import engine_families
 from .conftest import REPO_ROOT
+from .doubles import use_test_families
 
-
-def use_test_families() -> None:
-    """Register the test families (workers re-register them by module name)."""
-    register_plugin(engine_families, "engine-test-families")
+__all__ = [
+    "use_test_families", "write_class_folders", "script_environment", "run_script", "run_concurrently",
+    "torchrun_command", "children_of", "alive",
+]
 
 
 def write_class_folders(root: Path, *, per_class: int = 12, val_per_class: int = 4, size: int = 32,

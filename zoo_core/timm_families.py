@@ -1,4 +1,9 @@
-"""The registry-driven builder of every classification family whose architecture timm provides."""
+"""The classification families whose architecture timm provides: one registry-driven builder.
+
+resnet, convnext, convnextv2, efficientnetv2 and mobilenetv4 are declared in registry.yaml with
+``builder: zoo_core.timm_families:build_timm_classifier`` and the timm model name of each size
+(``config.timm_name``); their plugin packages only declare.
+"""
 
 from __future__ import annotations
 

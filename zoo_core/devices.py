@@ -1,6 +1,6 @@
 """The ``device`` argument: parsing its grammar and resolving it against what torch can see.
 
-Accepted forms (DESIGN.md §6): ``"0,1"``, ``[0, 1]``, ``0``, ``"cuda:0"``, ``"cuda"``, ``"cpu"``,
+Accepted forms (docs/multi-gpu.md): ``"0,1"``, ``[0, 1]``, ``0``, ``"cuda:0"``, ``"cuda"``, ``"cpu"``,
 ``"mps"``, ``"auto"`` (or None), and CPU ranks ``"cpu,cpu"`` / ``["cpu", "cpu"]`` — N entries mean
 N ranks. CUDA indices are logical indices into ``CUDA_VISIBLE_DEVICES`` when it is set (E18).
 """

@@ -1,0 +1,211 @@
+"""Test doubles: the stand-ins the tests train, validate and spawn instead of real families.
+
+Two kinds live here, and only here:
+
+- ``tinynet`` / ``nospawnnet``: small real classifier families with BatchNorm, registered at run
+  time (``use_test_families``) and re-registered by module name in spawned workers. Options make
+  the model observable or faulty: ``trace_dir`` records, per rank, the batches it sees and the
+  BatchNorm class it runs with; ``fail_rank``/``fail_step``/``fail_how`` make one rank raise or
+  be SIGKILLed at a given step; ``loss_scale_by_world_size`` reproduces the classic DDP bug (E6)
+  so the equivalence test can show it would catch it.
+- Tiny models that satisfy each task's model contract (``zoo_core/tasks/base.py``) for the task
+  tests: ``TinyClassifier``, ``TinySegmenter``, ``TinyRestorer``, ``GridDetector``,
+  ``LookupDetector`` (and ``fake_libre``, the facade-shaped object the task runner needs).
+  ``tests/test_tasks_models.py`` checks that each fulfils its contract.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Mapping
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torchvision.ops import batched_nms
+
+from zoo_core import hookimpl
+from zoo_core.building import BuildRequest
+from zoo_core.plugin_manager import register_plugin
+
+__all__ = [
+    "use_test_families", "TinyNet", "build_tinynet", "TinyClassifier", "TinySegmenter", "TinyRestorer", "GridDetector",
+    "LookupDetector", "fake_libre", "image_key",
+]
+
+
+def use_test_families() -> None:
+    """Register the test families (workers re-register them by module name)."""
+    import sys
+
+    register_plugin(sys.modules[__name__], "engine-test-families")
+
+
+# --------------------------------------------------------------------------- test families
+SIZES = {"s": {"input_size": 32, "params": 1, "params_source": "engine tests", "config": {"width": 8}}}
+
+
+def _declaration(name: str, spawn: bool) -> dict:
+    return {
+        "name": name, "display": name, "task": "classify", "builder": "tests.doubles:build_tinynet",
+        "published_num_classes": 2, "spawn": spawn, "sizes": SIZES,
+    }
+
+
+@hookimpl
+def zoo_families() -> list[dict]:
+    return [_declaration("tinynet", True), _declaration("nospawnnet", False)]
+
+
+class TinyNet(nn.Module):
+    """conv-BN-ReLU, conv-BN-ReLU, global pooling, linear."""
+
+    def __init__(self, width: int, num_classes: int, options: dict) -> None:
+        super().__init__()
+        self.body = nn.Sequential(
+            nn.Conv2d(3, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+            nn.Conv2d(width, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width), nn.ReLU(),
+        )
+        self.head = nn.Linear(width, num_classes)
+        self.options = dict(options)
+        self.steps = 0
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        if self.training:
+            self._observe(images)
+        return self.head(self.body(images).mean((2, 3)))
+
+    def _observe(self, images: torch.Tensor) -> None:
+        rank = int(os.environ.get("RANK", "0"))
+        self.steps += 1
+        if self.options.get("fail_rank") == rank and self.steps == self.options.get("fail_step", 1):
+            if self.options.get("fail_how") == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"injected failure on rank {rank} at step {self.steps}")
+        trace_dir = self.options.get("trace_dir")
+        if trace_dir:
+            digest = hashlib.sha256(images.detach().cpu().numpy().tobytes()).hexdigest()[:16]
+            with open(Path(trace_dir) / f"rank{rank}.txt", "a", encoding="utf-8") as stream:
+                stream.write(f"{type(self.body[1]).__name__} {digest}\n")
+            if self.steps == 1 and dist.is_initialized():  # the process group's collective timeout (E11)
+                backend = dist.group.WORLD._get_backend(images.device)
+                (Path(trace_dir) / f"timeout{rank}.txt").write_text(str(backend.options._timeout.total_seconds()))
+
+    def loss(self, outputs: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
+        loss = nn.functional.cross_entropy(outputs, batch["labels"])
+        if self.options.get("loss_scale_by_world_size"):
+            loss = loss * int(os.environ.get("WORLD_SIZE", "1"))
+        return loss, {"cls": loss.detach()}
+
+
+def build_tinynet(request: BuildRequest) -> TinyNet:
+    return TinyNet(request.config["width"], request.num_classes, dict(request.options))
+
+
+# --------------------------------------------------------------------------- task contract doubles
+class TinyClassifier(nn.Module):
+    """conv -> global average pool -> linear."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.head = nn.Linear(8, num_classes)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(images))
+
+
+class TinySegmenter(nn.Module):
+    """Two convolutions, logits at the input resolution."""
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, num_classes, 1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.body(images)
+
+
+class TinyRestorer(nn.Module):
+    """A residual convolution: the output has the input's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.body = nn.Conv2d(3, 3, 3, padding=1)
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images + 0.1 * self.body(images)
+
+
+class GridDetector(nn.Module):
+    """One prediction per 8-pixel cell (box offsets + class logits), decoded by ``postprocess`` with NMS."""
+
+    stride = 8
+
+    def __init__(self, num_classes: int) -> None:
+        super().__init__()
+        self.num_classes = num_classes
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AvgPool2d(self.stride), nn.Conv2d(16, 4 + num_classes, 1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return self.body(images)
+
+    def postprocess(self, outputs: torch.Tensor, conf: float, iou: float, max_det: int) -> list[dict[str, torch.Tensor]]:
+        batch, _, rows, columns = outputs.shape
+        ys, xs = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
+        centres = torch.stack([xs, ys], dim=-1).reshape(-1, 2).float().add(0.5).mul(self.stride)
+        results = []
+        for raw in outputs.permute(0, 2, 3, 1).reshape(batch, rows * columns, -1):
+            middle = centres + raw[:, :2].tanh() * self.stride
+            half = raw[:, 2:4].sigmoid() * self.stride * 3
+            boxes = torch.cat([middle - half, middle + half], dim=1)
+            scores, labels = raw[:, 4:].sigmoid().max(dim=1)
+            keep = scores > conf
+            boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
+            kept = batched_nms(boxes, scores, labels, iou)[:max_det]
+            results.append({"boxes": boxes[kept], "scores": scores[kept], "labels": labels[kept]})
+        return results
+
+
+def image_key(image: torch.Tensor) -> int:
+    """A key that identifies an input image (its pixel sum, rounded)."""
+    return int(round(float(image.double().sum()) * 64))
+
+
+class LookupDetector(nn.Module):
+    """Returns predictions prepared per input image (looked up by ``image_key``): a test oracle.
+
+    ``table`` maps ``image_key(input image)`` to a dict of ``boxes`` (input pixels), ``scores`` and
+    ``labels``; unknown images get no detection. The forward pass returns the inputs, so the
+    lookup happens on exactly what the task fed the model.
+    """
+
+    def __init__(self, table: Mapping[int, dict[str, torch.Tensor]]) -> None:
+        super().__init__()
+        self.table = dict(table)
+        self.anchor = nn.Parameter(torch.zeros(1))  # so .to(device) and .eval() behave as for real models
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return images
+
+    def postprocess(self, outputs: torch.Tensor, conf: float, iou: float, max_det: int) -> list[dict[str, torch.Tensor]]:
+        empty = {"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
+        results = []
+        for image in outputs:
+            found = self.table.get(image_key(image), empty)
+            keep = found["scores"] > conf
+            results.append({name: value[keep][:max_det] for name, value in found.items()})
+        return results
+
+
+def fake_libre(model: nn.Module, task: str, names: Mapping[int, str], input_size: int) -> Any:
+    """An object with the facade attributes the runner reads (model, task, names, num_classes, input_size)."""
+    return SimpleNamespace(
+        model=model, task=task, names=dict(names), num_classes=len(names), input_size=input_size, family="test", size="t", name=f"test-{task}"
+    )
+
+

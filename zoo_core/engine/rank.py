@@ -1,0 +1,124 @@
+"""One rank's run, and what is decided once per run before any rank trains.
+
+``prepare_run`` resolves the dataset (E17), the input size and the global batch (E5, E7) exactly
+once: in the parent before spawning, or on rank 0 of a torchrun launch, which shares the answer
+with the other ranks. ``run_rank`` is the code every rank runs, whatever started it: it joins the
+process group, rebuilds the model from its ``ModelSpec`` through the plugin manager it is given,
+fits the head to the dataset's classes and hands the loop to the ``Trainer``.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+from torch import nn
+
+from zoo_core import __version__
+from zoo_core.engine.autobatch import accumulation_steps, check_divisible, global_batch_from_probe, probe_batch_size
+from zoo_core.engine.config import TrainConfig
+from zoo_core.engine.distributed import DistributedContext, init_distributed, single_process_context, torchrun_environment
+from zoo_core.engine.recipe import TrainingRecipe
+from zoo_core.engine.resume import read_training_checkpoint
+from zoo_core.engine.seeding import seed_everything
+from zoo_core.engine.spec import FitOutcome, ModelSpec, build_from_spec
+from zoo_core.engine.trainer import Trainer
+from zoo_core.tasks.base import DataSpec
+from zoo_core.tasks.runner import check_image_size
+
+if TYPE_CHECKING:
+    from zoo_core.plugin_manager import ZooPluginManager
+
+__all__ = ["PreparedRun", "prepare_run", "run_rank", "adapt_to_dataset"]
+
+log = logging.getLogger("zoo.train")
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """What every rank of a run agrees on before training: data, input size, batch, accumulation."""
+
+    data: DataSpec
+    image_size: int
+    batch: int  # global, over all ranks
+    accumulate: int
+
+
+def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe, context: DistributedContext,
+                world_size: int, manager: "ZooPluginManager") -> PreparedRun:
+    """Resolve the data, input size and global batch once (rank 0 measures autobatch and shares it).
+
+    ``world_size`` is the size of the run being prepared: the parent of a spawn prepares for its
+    future workers from a one-process ``context``.
+    """
+    data = context.compute_on_main(lambda: recipe.task.prepare(config.data))
+    image_size = check_image_size(config.imgsz or spec.input_size, recipe.input_size_multiple())
+    batch = config.batch
+    if batch == -1:
+        per_device = 0
+        if context.is_main:
+            model = build_from_spec(spec, manager)
+            per_device = probe_batch_size(model, recipe, image_size, context.device, max(spec.num_classes, 1))
+        per_device = context.broadcast_int(per_device)  # one long tensor from rank 0 (E7)
+        batch = global_batch_from_probe(per_device, world_size, config.nbs)
+    check_divisible(batch, world_size)
+    return PreparedRun(data, image_size, batch, accumulation_steps(batch, config.nbs))
+
+
+def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager", *, report: bool) -> tuple[nn.Module, ModelSpec]:
+    """``spec``'s model with a head for ``data``'s classes, and the spec of that model.
+
+    With the same number of classes the model is returned as built. Otherwise a model for the
+    new class count is built and every tensor whose name and shape both models share is carried
+    over; only the class-dependent tensors start fresh (``report``: say which, on rank 0).
+    """
+    model = build_from_spec(spec, manager)
+    if spec.task == "restore" or data.num_classes == spec.num_classes:
+        names = dict(data.names) if data.names else dict(spec.names)
+        return model, spec.replace(names=names)
+    adapted = manager.build_model(spec.family, spec.size, data.num_classes, spec.options)
+    wanted = adapted.state_dict()
+    kept = {key: value for key, value in model.state_dict().items() if key in wanted and wanted[key].shape == value.shape}
+    adapted.load_state_dict(kept, strict=False)
+    fresh = [key for key in wanted if key not in kept]
+    if report and fresh:
+        log.info("%s: %d -> %d classes; %d of %d tensors kept, re-initialised: %s", spec.name, spec.num_classes,
+                 data.num_classes, len(kept), len(wanted), ", ".join(fresh))
+    return adapted, spec.replace(num_classes=data.num_classes, names=dict(data.names))
+
+
+def run_rank(spec: ModelSpec, config: TrainConfig, *, device: torch.device, manager: "ZooPluginManager",
+             prepared: PreparedRun | None = None, resume_from: Path | None = None) -> FitOutcome:
+    """Train as this process's rank (or as the only process) and return the outcome on every rank.
+
+    ``prepared`` comes from a spawning parent; without it (torchrun, one device) this rank takes
+    part in ``prepare_run`` itself.
+    """
+    context = init_distributed(device, config.ddp_timeout) if torchrun_environment() else single_process_context(device)
+    try:
+        recipe = manager.training_recipe(spec.family, spec.size)
+        if prepared is None:
+            prepared = prepare_run(spec, config, recipe=recipe, context=context, world_size=context.world_size, manager=manager)
+        else:
+            check_divisible(prepared.batch, context.world_size)
+        seed_everything(config.seed)
+        checkpoint = read_training_checkpoint(resume_from) if resume_from is not None else None
+        model, trained_spec = adapt_to_dataset(spec, prepared.data, manager, report=context.is_main)
+        if checkpoint is not None:
+            model.load_state_dict(checkpoint["train_model"])
+        trained_spec = trained_spec.replace(input_size=prepared.image_size, weights=None, source=None)
+        sync_bn = config.sync_bn if config.sync_bn is not None else manager.default_sync_bn(spec.family)
+        trainer = Trainer(
+            model=model, meta=trained_spec.meta(__version__), recipe=recipe, prepared_data=prepared.data, config=config,
+            context=context, batch=prepared.batch, accumulate=prepared.accumulate, image_size=prepared.image_size,
+            sync_bn=sync_bn, checkpoint=checkpoint,
+        )
+        result = trainer.fit()
+        weights = trainer.shared_best_weights(result)
+        return FitOutcome(result=result, spec=trained_spec.replace(weights=result.best), state_dict=weights)
+    finally:
+        context.close()
+
