@@ -69,9 +69,12 @@ def test_a_fresh_model_saves_and_reloads_with_its_metadata(tmp_path):
     assert again.info()["weights"] == str(path)
 
 
-def test_save_refuses_other_suffixes(tmp_path):
+def test_save_refuses_formats_it_cannot_write_to_that_suffix(tmp_path):
+    model = LibreYOLO("resnet18", num_classes=2)
     with pytest.raises(ValueError, match=r"\.safetensors"):
-        LibreYOLO("resnet18", num_classes=2).save(tmp_path / "model.pt")
+        model.save(tmp_path / "model.onnx")
+    with pytest.raises(ValueError, match=r"format='libreyolo' to a \.pt path"):
+        model.save(tmp_path / "model.pt", format="zoo")
 
 
 def test_a_plain_state_dict_pt_named_after_its_model_loads(tmp_path):
@@ -95,7 +98,7 @@ def test_a_zoo_checkpoint_pt_loads_its_metadata(tmp_path):
 def test_weights_of_another_size_are_a_named_mismatch(tmp_path):
     path = tmp_path / "resnet34.pt"
     torch.save(LibreYOLO("resnet18", num_classes=2).model.state_dict(), path)
-    with pytest.raises(WeightsMismatchError, match=r"does not fit resnet-34 .*missing"):
+    with pytest.raises(WeightsMismatchError, match=r"named for resnet-34, but its tensors fit no layout .*missing"):
         LibreYOLO(path)
 
 

@@ -124,23 +124,32 @@ def test_a_fresh_naf_block_is_the_identity_until_its_residual_scales_learn():
     assert changed.shape == x.shape and not torch.allclose(changed, x)
 
 
-@pytest.mark.parametrize("size", ["s", "l"])
-def test_sizes_follow_the_official_sidd_configs(size: str):
+@pytest.mark.parametrize(
+    ("size", "width", "encoders", "middle", "decoders"),
+    [
+        ("s", 32, [1, 1, 1, 28], 1, [1, 1, 1, 1]),  # the GoPro deblurring networks (LibreYOLO's s / l)
+        ("l", 64, [1, 1, 1, 28], 1, [1, 1, 1, 1]),
+        ("s_sidd", 32, [2, 2, 4, 8], 12, [2, 2, 2, 2]),  # the SIDD denoising networks
+        ("l_sidd", 64, [2, 2, 4, 8], 12, [2, 2, 2, 2]),
+    ],
+)
+def test_sizes_follow_the_official_configs(size: str, width: int, encoders: list, middle: int, decoders: list):
     with torch.device("meta"):
         model = build(size)
-    width = {"s": 32, "l": 64}[size]
     assert model.intro.out_channels == width
-    assert [len(stage) for stage in model.encoders] == [2, 2, 4, 8]
-    assert len(model.middle) == 12
-    assert [len(stage) for stage in model.decoders] == [2, 2, 2, 2]
+    assert [len(stage) for stage in model.encoders] == encoders
+    assert len(model.middle) == middle
+    assert [len(stage) for stage in model.decoders] == decoders
     assert model.middle[0].mixer_norm.num_channels == width * 16
     assert not any(isinstance(module, torch.nn.modules.batchnorm._BatchNorm) for module in model.modules())
 
 
 def test_built_parameter_counts_are_the_published_ones():
     with torch.device("meta"):
-        assert count_parameters(build("s")) == 29_159_715  # published 29.16M
-        assert count_parameters(build("l")) == 115_982_915  # published 115.98M
+        assert count_parameters(build("s_sidd")) == 29_159_715  # published 29.16M
+        assert count_parameters(build("l_sidd")) == 115_982_915  # published 115.98M
+        assert count_parameters(build("s")) == 17_111_907  # LibreYOLO 1.6's NAFNet s
+        assert count_parameters(build("l")) == 67_888_835
 
 
 @pytest.mark.parametrize(("height", "width"), [(37, 53), (16, 16), (1, 31)])

@@ -287,7 +287,7 @@ def test_hook_training_recipe_can_be_overridden_by_a_plugin():
 
 
 def test_hook_convert_weights_answers_none_without_a_converter():
-    assert get_plugin_manager().convert_weights("resnet", "18", {}, "upstream") is None
+    assert get_plugin_manager().convert_weights("resnet", "18", {}, "upstream", "zoo") is None
 
 
 def test_hook_build_model_first_result_wins_over_the_declared_builder():

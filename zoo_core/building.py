@@ -10,7 +10,7 @@ if TYPE_CHECKING:
 
     from zoo_core.registry import FamilyDeclaration
 
-__all__ = ["BuildRequest", "count_parameters"]
+__all__ = ["BuildRequest", "ConvertedWeights", "count_parameters"]
 
 
 @dataclass(frozen=True)
@@ -27,6 +27,20 @@ class BuildRequest:
     config: Mapping[str, Any]
     declaration: "FamilyDeclaration"
     options: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ConvertedWeights:
+    """What a ``convert_weights`` hook returns when a file decides more than tensors.
+
+    ``options`` are builder options the tensors need (e.g. a class-tower width that a fine-tuned
+    checkpoint kept); ``size`` replaces the size the file claimed when its tensors show another
+    layout of the same family (e.g. NAFNet's SIDD blocks in a file named for the GoPro size).
+    """
+
+    state_dict: "Mapping[str, torch.Tensor]"
+    options: Mapping[str, Any] = field(default_factory=dict)
+    size: str | None = None
 
 
 def count_parameters(model: "torch.nn.Module") -> int:

@@ -17,6 +17,8 @@ from zoo_core import __version__
 from zoo_core.errors import ModelNameError, UnknownFamilyError, ZooError
 from zoo_core.registry import TASKS
 
+EXPORT_FORMATS = ("libreyolo",)
+
 __all__ = ["main", "build_parser"]
 
 
@@ -208,6 +210,13 @@ def command_predict(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_export(arguments: argparse.Namespace) -> int:
+    """``zoo export MODEL --format libreyolo [--output PATH]``: write the model in another format."""
+    written = _model(arguments.model).export(format=arguments.format, path=arguments.output)
+    print(f"exported {arguments.format}: {written}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``zoo`` (the engine adds train/val/predict)."""
     parser = argparse.ArgumentParser(prog="zoo", description="A vision model zoo with a DDP training engine.")
@@ -268,6 +277,12 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--project")
     prediction.add_argument("--name")
     prediction.set_defaults(handler=command_predict)
+
+    exporting = commands.add_parser("export", help="write a model in another format (libreyolo)")
+    exporting.add_argument("model", help="a model name or weights file")
+    exporting.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="libreyolo: a LibreYOLO 1.6 checkpoint")
+    exporting.add_argument("--output", help="the file to write (default: beside the weights, or in the current folder)")
+    exporting.set_defaults(handler=command_export)
     return parser
 
 

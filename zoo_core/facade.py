@@ -22,7 +22,7 @@ from zoo_core.naming import WEIGHT_SUFFIXES, canonical_name, resolve_model_name
 from zoo_core.paths import zoo_home
 from zoo_core.plugin_manager import get_plugin_manager
 from zoo_core.registry import FamilyDeclaration
-from zoo_core.weights import ModelMeta, download_weights, read_weights, save_safetensors, sha256_of
+from zoo_core.weights import ModelMeta, download_weights, save_safetensors, sha256_of
 
 if TYPE_CHECKING:
     import torch
@@ -50,6 +50,8 @@ class LibreYOLO:
         seed: seeds the initialisation of a fresh model, so two identical scripts start from
             identical weights (None: torch's global random state decides). The caller's random
             state is left as it was.
+        architecture: for a weights file without metadata whose file name names no model
+            (``NAFNet-GoPro-width32.pth``): the name of the model it holds (``"nafnet-s"``).
     """
 
     def __init__(
@@ -60,14 +62,17 @@ class LibreYOLO:
         names: list[str] | Mapping[int, str] | None = None,
         options: Mapping[str, Any] | None = None,
         seed: int | None = 0,
+        architecture: str | None = None,
     ) -> None:
         self._manager = get_plugin_manager()
         self.seed = seed
         self.options: dict[str, Any] = dict(options or {})
         self.weights_path: Path | None = None
         path = Path(model)
+        if path.is_dir():
+            raise WeightsNotFoundError(f"{path} is a directory, not a weights file; give the path of a .pt, .pth or .safetensors file")
         if path.is_file():
-            self._load_file(path)
+            self._load_file(path, architecture)
         elif path.suffix.lower() in WEIGHT_SUFFIXES:
             self._load_file(self._download_for(path))
         else:
@@ -99,23 +104,16 @@ class LibreYOLO:
             torch.manual_seed(self.seed)
             return self._manager.build_model(self.family, self.size, num_classes, self.options)
 
-    def _load_file(self, path: Path) -> None:
-        state_dict, meta = read_weights(path)
-        if meta is None:
-            try:
-                family, size = resolve_model_name(path.name, self._manager.families)
-            except ModelNameError:
-                raise WeightsMismatchError(
-                    f"{path} carries no zoo metadata and its file name names no registry model; "
-                    "rename it after its model (e.g. LibreYOLO9s.pt) or save it with LibreYOLO.save()"
-                ) from None
-            self._build(family, size, None, None)
-        else:
-            self.options = {**meta.options, **self.options}
-            self._build(meta.family, meta.size, meta.num_classes, meta.names or None)
-            if meta.input_size:
-                self.input_size = meta.input_size
-        self.load_state_dict(state_dict, source=path)
+    def _load_file(self, path: Path, architecture: str | None = None) -> None:
+        """Build the model a weights file describes and load its tensors (converted to zoo's keys)."""
+        from zoo_core.loading import load_weights_file
+
+        loaded = load_weights_file(path, self._manager, architecture=architecture)
+        self.options = {**loaded.options, **self.options}
+        self._build(loaded.family, loaded.size, loaded.num_classes, loaded.names or None)
+        if loaded.input_size:
+            self.input_size = loaded.input_size
+        self.load_state_dict(loaded.state_dict, source=f"{path} ({loaded.description})")
         self.weights_path = path
 
     def _download_for(self, path: Path) -> Path:
@@ -136,27 +134,16 @@ class LibreYOLO:
         return download_weights(source.url, source.sha256, cached, fresh_hint=fresh)
 
     def load_state_dict(self, state_dict: Mapping[str, "torch.Tensor"], *, source: str | Path = "state dict") -> None:
-        """Load weights strictly; ``WeightsMismatchError`` naming the model if they do not fit."""
-        expected = self.model.state_dict()
-        missing = [key for key in expected if key not in state_dict]
-        unexpected = [key for key in state_dict if key not in expected]
-        mismatched = [
-            f"{key}: file {tuple(state_dict[key].shape)} vs model {tuple(tensor.shape)}"
-            for key, tensor in expected.items()
-            if key in state_dict and tuple(state_dict[key].shape) != tuple(tensor.shape)
-        ]
-        if missing or unexpected or mismatched:
-            details = []
-            if missing:
-                details.append(f"{len(missing)} missing (e.g. {missing[0]})")
-            if unexpected:
-                details.append(f"{len(unexpected)} unexpected (e.g. {unexpected[0]})")
-            if mismatched:
-                details.append(f"{len(mismatched)} of another shape (e.g. {mismatched[0]})")
+        """Load weights strictly; ``WeightsMismatchError`` naming the source and the first keys that do not fit."""
+        from zoo_core.loading import mismatch_report
+
+        expected = {key: tuple(tensor.shape) for key, tensor in self.model.state_dict().items()}
+        report = mismatch_report(expected, state_dict)
+        if report:
             raise WeightsMismatchError(
-                f"{source} does not fit {canonical_name(self.family, self.size)} with "
-                f"{self.num_classes} classes: tensors {'; '.join(details)}. It was saved from another "
-                "family, size or class count; load it under the name it was saved with."
+                f"{source} does not fit {canonical_name(self.family, self.size)} with {self.num_classes} classes: "
+                f"{report}. It was saved from another family, size or class count; load it under the name it "
+                "was saved with."
             )
         self.model.load_state_dict(state_dict, strict=True)
 
@@ -180,12 +167,52 @@ class LibreYOLO:
         """The canonical model name, e.g. ``yolo9-t``."""
         return canonical_name(self.family, self.size)
 
-    def save(self, path: str | os.PathLike[str]) -> Path:
-        """Write the weights and metadata to a ``.safetensors`` file (atomically)."""
+    def save(self, path: str | os.PathLike[str], *, format: str | None = None) -> Path:
+        """Write the weights and metadata to ``path`` (atomically).
+
+        ``format="zoo"`` (the default for ``.safetensors``) writes safetensors with zoo's metadata;
+        ``format="libreyolo"`` (the default for ``.pt``) writes a LibreYOLO 1.6 checkpoint in
+        LibreYOLO's keys, through the family's converter (docs/weights.md).
+        """
         path = Path(path)
-        if path.suffix.lower() != ".safetensors":
-            raise ValueError(f"save() writes safetensors; use a path ending in .safetensors, not {path.name!r}")
-        return save_safetensors(path, self.model.state_dict(), self.meta)
+        suffix = path.suffix.lower()
+        format = format or {".safetensors": "zoo", ".pt": "libreyolo"}.get(suffix)
+        if format == "zoo" and suffix == ".safetensors":
+            return save_safetensors(path, self.model.state_dict(), self.meta)
+        if format == "libreyolo" and suffix == ".pt":
+            return self._save_libreyolo(path)
+        raise ValueError(
+            f"save({str(path)!r}, format={format!r}): write zoo's format to a .safetensors path, or "
+            "format='libreyolo' to a .pt path"
+        )
+
+    def _save_libreyolo(self, path: Path) -> Path:
+        from zoo_core.building import ConvertedWeights
+        from zoo_core.weight_formats import libreyolo_checkpoint
+        from zoo_core.weights import atomic_torch_save
+
+        # Without a converter the family's keys are LibreYOLO's (the timm-named classifiers).
+        converted = self._manager.convert_weights(self.family, self.size, self.model.state_dict(), "zoo", "libreyolo")
+        if converted is None:
+            converted = ConvertedWeights(self.model.state_dict())
+        checkpoint = libreyolo_checkpoint(
+            converted.state_dict, family=self.family, size=converted.size or self.size, task=self.task,
+            names=self.names, input_size=self.input_size,
+        )
+        return atomic_torch_save(checkpoint, path)
+
+    def export(self, format: str = "libreyolo", path: str | os.PathLike[str] | None = None) -> Path:
+        """Write the model in ``format`` and return the file: ``"libreyolo"`` is a LibreYOLO 1.6 checkpoint.
+
+        The default path sits beside the weights the model was loaded from (``best.libreyolo.pt``),
+        or in the current folder for a fresh model (``yolo9-t.libreyolo.pt``).
+        """
+        if format != "libreyolo":
+            raise ValueError(f"export(format={format!r}): the formats are 'libreyolo'")
+        if path is None:
+            stem = self.weights_path.with_suffix("") if self.weights_path is not None else Path(self.name)
+            path = stem.with_name(f"{stem.name}.libreyolo.pt")
+        return self.save(path, format="libreyolo")
 
     def info(self) -> dict[str, Any]:
         """Family, size, task, classes, input size, parameter count and DDP defaults."""

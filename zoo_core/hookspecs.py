@@ -15,6 +15,7 @@ import pluggy
 if TYPE_CHECKING:
     import torch
 
+    from zoo_core.building import ConvertedWeights
     from zoo_core.engine.recipe import TrainingRecipe
 
 __all__ = [
@@ -91,12 +92,17 @@ def training_recipe(family: str, size: str) -> "TrainingRecipe | None":
 
 @hookspec(firstresult=True)
 def convert_weights(
-    family: str, size: str, state_dict: Mapping[str, "torch.Tensor"], source: str
-) -> "dict[str, torch.Tensor] | None":
-    """Return ``state_dict`` converted to ``family``'s own keys, or None if this plugin does not convert it.
+    family: str, size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str
+) -> "dict[str, torch.Tensor] | ConvertedWeights | None":
+    """Return ``state_dict`` converted from the ``source`` layout to ``target``, or None if not handled.
 
-    ``source`` names the foreign layout: ``"libreyolo"`` (a LibreYOLO checkpoint's ``model``),
-    ``"upstream"`` (the family's official release), ``"timm"`` or ``"torchvision"``. Called when
-    a file without zoo metadata is loaded; the result is loaded strictly, so every tensor must
-    find its place. firstresult; the core answers last with None (no conversion).
+    Layouts: ``"zoo"`` (the family's own keys), ``"libreyolo"`` (a LibreYOLO checkpoint's
+    ``model``), ``"upstream"`` (the family's official release), ``"timm"``, ``"torchvision"``.
+    Loading a foreign file asks ``target="zoo"``; ``save(format="libreyolo")`` asks
+    ``source="zoo", target="libreyolo"``. Return a plain dict, or a
+    ``zoo_core.building.ConvertedWeights`` when the file also decides builder options or the size
+    (a class tower width, a block layout). The result is loaded strictly: every tensor must find
+    its place. Keep it a pure mapping of keys and tensors (no model build, no download).
+    firstresult; the core has no answer: without a converter only files in the family's own
+    keys load.
     """

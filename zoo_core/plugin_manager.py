@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import pluggy
 
 from zoo_core import hookspecs
-from zoo_core.building import BuildRequest
+from zoo_core.building import BuildRequest, ConvertedWeights
 from zoo_core.errors import (
     DuplicateFamilyError,
     PluginError,
@@ -365,10 +365,20 @@ class ZooPluginManager(pluggy.PluginManager):
             raise PluginError(f"no plugin returned a training recipe for family {family!r} size {size!r}")
         return recipe
 
-    def convert_weights(self, family: str, size: str, state_dict: Mapping[str, Any], source: str) -> dict[str, Any] | None:
-        """``state_dict`` in ``family``'s own keys, converted from ``source``'s layout; None if no plugin converts it."""
+    def convert_weights(
+        self, family: str, size: str, state_dict: Mapping[str, Any], source: str, target: str = "zoo"
+    ) -> "ConvertedWeights | None":
+        """``state_dict`` converted from ``source``'s layout to ``target``'s; None if no plugin converts it."""
         self.family(family)
-        return self.hook.convert_weights(family=family, size=size, state_dict=state_dict, source=source)
+        answer = self.hook.convert_weights(family=family, size=size, state_dict=state_dict, source=source, target=target)
+        if answer is None or isinstance(answer, ConvertedWeights):
+            return answer
+        if not isinstance(answer, Mapping):
+            raise PluginError(
+                f"{self.family_record(family).describe()} returned a {type(answer).__name__} from convert_weights; "
+                "return a dict of tensors, a ConvertedWeights, or None"
+            )
+        return ConvertedWeights(dict(answer))
 
 
 _manager: ZooPluginManager | None = None

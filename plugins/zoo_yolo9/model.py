@@ -59,7 +59,7 @@ ASSIGNER_TOP_K, ASSIGNER_ALPHA, ASSIGNER_BETA = 10, 0.5, 6.0  # utils/loss_tal.p
 P2_BLOCKS = ("elan1", "rep_ncsp_elan4")
 DOWNSAMPLERS = ("aconv", "adown")
 PGI_KINDS = ("auxiliary_neck", "reversible_backbone")
-BUILD_OPTIONS = ("pgi",)
+BUILD_OPTIONS = ("pgi", "class_channels")
 
 
 def _int_tuple(value: Any, length: int, key: str, where: str) -> tuple[int, ...]:
@@ -268,7 +268,8 @@ class YOLOv9(nn.Module):
     """
 
     def __init__(
-        self, num_classes: int, spec: GELANSpec, *, pgi: bool = False, loss_gains: DetectionLossGains | None = None
+        self, num_classes: int, spec: GELANSpec, *, pgi: bool = False, loss_gains: DetectionLossGains | None = None,
+        class_channels: int | None = None,
     ) -> None:
         super().__init__()
         if num_classes < 1:
@@ -280,7 +281,8 @@ class YOLOv9(nn.Module):
         self.backbone = GELANBackbone(spec)
         self.neck = GELANNeck(spec, self.backbone.out_channels)
         self.head = DecoupledDetectionHead(
-            num_classes, self.neck.out_channels, STRIDES, reg_max=REG_MAX, box_groups=BOX_BRANCH_GROUPS
+            num_classes, self.neck.out_channels, STRIDES, reg_max=REG_MAX, box_groups=BOX_BRANCH_GROUPS,
+            class_channels=class_channels,
         )
         self.auxiliary_branch: nn.Module | None = None
         self.auxiliary_head: DecoupledDetectionHead | None = None
@@ -366,7 +368,9 @@ class YOLOv9(nn.Module):
 def build_yolo9(request: BuildRequest) -> YOLOv9:
     """The registry builder of ``yolo9``: ``request.config`` is the size's ``GELANSpec`` data.
 
-    Options: ``pgi`` (bool, default False) adds PGI's training-only auxiliary branch.
+    Options: ``pgi`` (bool, default False) adds PGI's training-only auxiliary branch;
+    ``class_channels`` (int) sets the width of the class towers (default ``max(first neck width,
+    min(classes, 100))``; files fine-tuned from COCO keep their 80-wide towers).
     """
     unknown = sorted(set(request.options) - set(BUILD_OPTIONS))
     if unknown:
@@ -374,5 +378,8 @@ def build_yolo9(request: BuildRequest) -> YOLOv9:
     pgi = request.options.get("pgi", False)
     if not isinstance(pgi, bool):
         raise ValueError(f"yolo9 option pgi must be True or False, got {pgi!r}")
+    class_channels = request.options.get("class_channels")
+    if class_channels is not None and (not isinstance(class_channels, int) or isinstance(class_channels, bool) or class_channels < 1):
+        raise ValueError(f"yolo9 option class_channels must be a positive integer, got {class_channels!r}")
     spec = GELANSpec.from_config(request.config, where=f"registry.yaml yolo9 size {request.size!r} config")
-    return YOLOv9(request.num_classes, spec, pgi=pgi)
+    return YOLOv9(request.num_classes, spec, pgi=pgi, class_channels=class_channels)

@@ -9,7 +9,6 @@ fits the head to the dataset's classes and hands the loop to the ``Trainer``.
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     from zoo_core.plugin_manager import ZooPluginManager
 
 __all__ = ["PreparedRun", "prepare_run", "run_rank", "adapt_to_dataset"]
-
-log = logging.getLogger("zoo.train")
 
 
 @dataclass(frozen=True)
@@ -73,7 +70,7 @@ def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager
 
     With the same number of classes the model is returned as built. Otherwise a model for the
     new class count is built and every tensor whose name and shape both models share is carried
-    over; only the class-dependent tensors start fresh (``report``: say which, on rank 0).
+    over; only the class-dependent tensors start fresh (``report``: print which).
     """
     model = build_from_spec(spec, manager)
     if spec.task == "restore" or data.num_classes == spec.num_classes:
@@ -85,8 +82,8 @@ def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager
     adapted.load_state_dict(kept, strict=False)
     fresh = [key for key in wanted if key not in kept]
     if report and fresh:
-        log.info("%s: %d -> %d classes; %d of %d tensors kept, re-initialised: %s", spec.name, spec.num_classes,
-                 data.num_classes, len(kept), len(wanted), ", ".join(fresh))
+        print(f"{spec.name}: {spec.num_classes} -> {data.num_classes} classes; kept {len(kept)} of {len(wanted)} tensors, "
+              f"re-initialised the class-dependent ones: {', '.join(fresh)}", flush=True)
     return adapted, spec.replace(num_classes=data.num_classes, names=dict(data.names))
 
 
@@ -106,7 +103,7 @@ def run_rank(spec: ModelSpec, config: TrainConfig, *, device: torch.device, mana
             check_divisible(prepared.batch, context.world_size)
         seed_everything(config.seed)
         checkpoint = read_training_checkpoint(resume_from) if resume_from is not None else None
-        model, trained_spec = adapt_to_dataset(spec, prepared.data, manager, report=context.is_main)
+        model, trained_spec = adapt_to_dataset(spec, prepared.data, manager, report=context.is_main and config.verbose)
         if checkpoint is not None:
             model.load_state_dict(checkpoint["train_model"])
         trained_spec = trained_spec.replace(input_size=prepared.image_size, weights=None, source=None)

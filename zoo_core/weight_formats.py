@@ -1,0 +1,202 @@
+"""Recognising the weights files users hold, and writing LibreYOLO checkpoints.
+
+``recognise(path)`` reads a file (``torch.load(weights_only=True)`` or safetensors, never
+anything else) and says what it is:
+
+- ``zoo``: zoo's safetensors (metadata in the header) or a zoo training checkpoint
+  (``{"model": ..., "meta": ...}``);
+- ``libreyolo``: a LibreYOLO checkpoint, a dict with ``model`` plus the metadata keys
+  ``schema_version`` ("1.0"), ``libreyolo_version``, ``model_family``, ``size``, ``task``,
+  ``nc``, ``names``, ``imgsz``;
+- ``state_dict``: tensors without metadata, bare or in a common container (``state_dict``,
+  ``model``, and BasicSR's ``params_ema`` / ``params``, the layout of NAFNet's official
+  releases). The family comes from the file name; the layout (upstream, timm, torchvision...)
+  is found by the family's ``convert_weights`` hook.
+
+``libreyolo_checkpoint`` builds the dict LibreYOLO 1.6.0 loads.
+"""
+
+from __future__ import annotations
+
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Mapping
+
+from zoo_core.errors import CorruptWeightsError, UnsafeWeightsError
+from zoo_core.weights import ModelMeta, read_safetensors
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "LIBREYOLO_SCHEMA_VERSION",
+    "LIBREYOLO_METADATA_KEYS",
+    "RecognisedWeights",
+    "recognise",
+    "libreyolo_checkpoint",
+]
+
+LIBREYOLO_SCHEMA_VERSION = "1.0"
+LIBREYOLO_WRITER_VERSION = "1.6.0"  # the LibreYOLO release whose loader these files are tested against
+LIBREYOLO_METADATA_KEYS = ("schema_version", "libreyolo_version", "model_family", "size", "task", "nc", "names", "imgsz")
+_CONTAINERS = ("state_dict", "params_ema", "params", "model", "ema")
+Format = Literal["zoo", "libreyolo", "state_dict"]
+
+
+@dataclass
+class RecognisedWeights:
+    """A weights file: its format, tensors, and what its metadata says (when it has any)."""
+
+    path: Path
+    format: Format
+    state_dict: dict[str, "torch.Tensor"]
+    meta: ModelMeta | None = None  # zoo files
+    family: str | None = None  # LibreYOLO files: their metadata
+    size: str | None = None
+    task: str | None = None
+    num_classes: int | None = None
+    names: dict[int, str] = field(default_factory=dict)
+    input_size: int | None = None
+    container: str | None = None  # where a bare state dict was found ("params_ema"...)
+
+    def describe(self) -> str:
+        """``a LibreYOLO 1.0 checkpoint of yolo9-t``, as error messages say it."""
+        if self.format == "zoo":
+            return "a zoo weights file" + (f" of {self.meta.family}-{self.meta.size}" if self.meta else "")
+        if self.format == "libreyolo":
+            return f"a LibreYOLO {LIBREYOLO_SCHEMA_VERSION} checkpoint of {self.family}-{self.size}"
+        where = f" (under {self.container!r})" if self.container else ""
+        return f"a state dict without metadata{where}"
+
+
+def _load_torch_file(path: Path) -> Any:
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        text = str(error)
+        # torch's weights-only unpickler names a refused class "Unsupported global: GLOBAL module.Class".
+        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if refused:
+            raise UnsafeWeightsError(
+                f"{path} holds pickled Python objects ({refused.group(1)}), not a plain state dict, and zoo only "
+                "loads with torch.load(weights_only=True). If you trust the file, re-save its weights as a state "
+                "dict: torch.save(model.state_dict(), path), or as safetensors."
+            ) from None
+        operand = re.search(r"Unsupported operand [^\n]*", text)
+        why = operand.group(0) if operand else text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        raise CorruptWeightsError(
+            f"{path} is not a PyTorch weights file ({why}); it may be damaged or another kind of file. Check the path, "
+            "or re-download it"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
+            UnicodeDecodeError, zipfile.BadZipFile) as error:
+        raise CorruptWeightsError(
+            f"{path} could not be read as a PyTorch file ({type(error).__name__}: {error}); it may be truncated, "
+            "damaged or another format. Re-download it, or re-save it."
+        ) from None
+
+
+def _tensor_dict(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, Mapping) and bool(value) and all(isinstance(item, torch.Tensor) for item in value.values())
+
+
+def _checked_state_dict(path: Path, value: Any, where: str) -> dict[str, "torch.Tensor"]:
+    if not _tensor_dict(value):
+        raise CorruptWeightsError(
+            f"{path}: {where} is not a state dict (a mapping of names to tensors); save weights with "
+            "torch.save(model.state_dict(), path)"
+        )
+    return {str(key): tensor for key, tensor in value.items()}
+
+
+def _libreyolo(path: Path, content: Mapping[str, Any]) -> RecognisedWeights:
+    version = content.get("schema_version")
+    if version != LIBREYOLO_SCHEMA_VERSION:
+        raise CorruptWeightsError(
+            f"{path} is a LibreYOLO checkpoint of schema {version!r}; zoo reads schema {LIBREYOLO_SCHEMA_VERSION!r} "
+            "(LibreYOLO 1.x). Re-save it with LibreYOLO 1.6 (model.save(path))"
+        )
+    missing = [key for key in LIBREYOLO_METADATA_KEYS if key not in content]
+    problems = [f"missing {key!r}" for key in missing]
+    nc, size, names = content.get("nc"), content.get("size"), content.get("names")
+    if "nc" not in missing and (not isinstance(nc, int) or isinstance(nc, bool) or nc < 1):
+        problems.append(f"'nc' must be a positive integer, got {nc!r}")
+    if "size" not in missing and not (isinstance(size, str) and size):
+        problems.append(f"'size' must be a non-empty string, got {size!r}")
+    if "names" not in missing and not isinstance(names, (Mapping, list, tuple)):
+        problems.append(f"'names' must be a mapping or a list, got {type(names).__name__}")
+    imgsz = content.get("imgsz")
+    if "imgsz" not in missing and not (isinstance(imgsz, int) and not isinstance(imgsz, bool) and imgsz > 0):
+        problems.append(f"'imgsz' must be a positive integer, got {imgsz!r}")
+    if problems:
+        raise CorruptWeightsError(f"{path} looks like a LibreYOLO checkpoint but its metadata is invalid: {'; '.join(problems)}")
+    if isinstance(names, Mapping):
+        name_map = {int(key): str(value) for key, value in names.items()}
+    else:
+        name_map = {index: str(value) for index, value in enumerate(names)}
+    return RecognisedWeights(
+        path=path, format="libreyolo", state_dict=_checked_state_dict(path, content["model"], "its 'model'"),
+        family=str(content["model_family"]), size=str(size), task=str(content["task"]), num_classes=int(nc),
+        names=name_map, input_size=int(imgsz),
+    )
+
+
+def recognise(path: str | Path) -> RecognisedWeights:
+    """What the weights file at ``path`` is (see the module docstring); a ``WeightsError`` naming the file if none."""
+    path = Path(path)
+    if path.is_dir():
+        raise CorruptWeightsError(f"{path} is a directory, not a weights file; give the path of a .pt, .pth or .safetensors file")
+    suffix = path.suffix.lower()
+    if suffix == ".safetensors":
+        tensors, meta = read_safetensors(path)
+        return RecognisedWeights(path, "zoo" if meta else "state_dict", tensors, meta=meta)
+    if suffix not in (".pt", ".pth"):
+        raise CorruptWeightsError(f"{path}: unknown weights format {path.suffix!r}; use .safetensors, .pt or .pth")
+    content = _load_torch_file(path)
+    if not isinstance(content, Mapping):
+        raise CorruptWeightsError(
+            f"{path} holds a {type(content).__name__}, not a state dict; save weights with torch.save(model.state_dict(), path)"
+        )
+    if isinstance(content.get("meta"), Mapping) and "model" in content:
+        meta = ModelMeta.from_dict(content["meta"], path)
+        return RecognisedWeights(path, "zoo", _checked_state_dict(path, content["model"], "its 'model'"), meta=meta)
+    if "schema_version" in content or "model_family" in content:
+        return _libreyolo(path, content)
+    if _tensor_dict(content):
+        return RecognisedWeights(path, "state_dict", {str(key): value for key, value in content.items()})
+    for container in _CONTAINERS:
+        if _tensor_dict(content.get(container)):
+            return RecognisedWeights(path, "state_dict", _checked_state_dict(path, content[container], container),
+                                     container=container)
+    raise CorruptWeightsError(
+        f"{path} is not a state dict zoo recognises: a dict with keys {sorted(map(str, content))[:6]}, but not a zoo or "
+        "LibreYOLO checkpoint, a mapping of names to tensors, or one under 'state_dict', 'model', 'params_ema' or "
+        "'params'. Save weights with torch.save(model.state_dict(), path)"
+    )
+
+
+def libreyolo_checkpoint(state_dict: Mapping[str, "torch.Tensor"], *, family: str, size: str, task: str,
+                         names: Mapping[int, str], input_size: int) -> dict[str, Any]:
+    """The dict LibreYOLO 1.6.0 loads: ``model`` (in LibreYOLO's keys) plus its schema-1.0 metadata.
+
+    ``names`` is written as ``{int: str}``: LibreYOLO accepts a list in validation but not when
+    loading.
+    """
+    return {
+        "model": {key: tensor.detach().cpu().contiguous() for key, tensor in state_dict.items()},
+        "schema_version": LIBREYOLO_SCHEMA_VERSION,
+        "libreyolo_version": LIBREYOLO_WRITER_VERSION,
+        "model_family": family,
+        "size": size,
+        "task": task,
+        "nc": max(len(names), 1),
+        "names": {int(key): str(value) for key, value in names.items()} or {0: "image"},
+        "imgsz": int(input_size),
+    }
