@@ -65,3 +65,13 @@ def test_train_rejects_words_that_are_not_key_value(capsys):
     with pytest.raises(SystemExit):
         main(["train", "resnet18", "--data", "x", "lr0"])
     assert "'lr0' is not a flag or key=value" in capsys.readouterr().err
+
+
+def test_export_writes_a_libreyolo_checkpoint_and_says_where(tmp_path, capsys):
+    import torch
+
+    target = tmp_path / "resnet18-for-libreyolo.pt"
+    assert main(["export", "resnet18", "--format", "libreyolo", "--output", str(target)]) == 0
+    assert f"exported libreyolo: {target}" in capsys.readouterr().out
+    checkpoint = torch.load(target, weights_only=True)
+    assert (checkpoint["schema_version"], checkpoint["model_family"], checkpoint["size"]) == ("1.0", "resnet", "18")
