@@ -19,8 +19,12 @@ demo: $(STAMP)
 	$(BIN)/zoo list --ddp-capable
 	$(BIN)/zoo train resnet18 --data shapes --epochs 10 --imgsz 64 --batch 32 --device cpu,cpu augment=false nbs=32 warmup_epochs=1
 
+# Two workers: the CI machine has two cores, and most tests are single-threaded CPU work
+# (tests/conftest.py gives each worker one torch thread). TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

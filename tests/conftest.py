@@ -10,10 +10,15 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from zoo_core.testing import isolated_plugin_manager
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs two workers on two cores: one torch thread each, not two contending pairs.
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,9 @@ Two kinds live here, and only here:
   time (``use_test_families``) and re-registered by module name in spawned workers. Options make
   the model observable or faulty: ``trace_dir`` records, per rank, the batches it sees and the
   BatchNorm class it runs with; ``fail_rank``/``fail_step``/``fail_how`` make one rank raise or
-  be SIGKILLed at a given step; ``loss_scale_by_world_size`` reproduces the classic DDP bug (E6)
+  be SIGKILLed at a given step (``fail_first_attempt_only``: not again after a torchrun restart); ``nan_step`` makes the outputs NaN from that training step on
+  (a diverging run); ``width`` makes the model bigger (slower checkpoint writes);
+  ``loss_scale_by_world_size`` reproduces the classic DDP bug (E6)
   so the equivalence test can show it would catch it.
 - Tiny models that satisfy each task's model contract (``zoo_core/tasks/base.py``) for the task
   tests: ``TinyClassifier``, ``TinySegmenter``, ``TinyRestorer``, ``GridDetector``,
@@ -75,14 +77,22 @@ class TinyNet(nn.Module):
         self.steps = 0
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
-        if self.training:
+        # Only optimisation steps are observed: the engine's validation losses also run the
+        # training-mode forward, but without gradients.
+        if self.training and torch.is_grad_enabled():
             self._observe(images)
-        return self.head(self.body(images).mean((2, 3)))
+        logits = self.head(self.body(images).mean((2, 3)))
+        nan_step = self.options.get("nan_step")
+        if self.training and torch.is_grad_enabled() and nan_step is not None and self.steps >= nan_step:
+            logits = logits * float("nan")  # from this training step on, the loss and then the weights are NaN
+        return logits
 
     def _observe(self, images: torch.Tensor) -> None:
         rank = int(os.environ.get("RANK", "0"))
         self.steps += 1
-        if self.options.get("fail_rank") == rank and self.steps == self.options.get("fail_step", 1):
+        first_attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0"
+        if (self.options.get("fail_rank") == rank and self.steps == self.options.get("fail_step", 1)
+                and (first_attempt or not self.options.get("fail_first_attempt_only"))):
             if self.options.get("fail_how") == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure on rank {rank} at step {self.steps}")
@@ -103,7 +113,8 @@ class TinyNet(nn.Module):
 
 
 def build_tinynet(request: BuildRequest) -> TinyNet:
-    return TinyNet(request.config["width"], request.num_classes, dict(request.options))
+    options = dict(request.options)
+    return TinyNet(options.pop("width", request.config["width"]), request.num_classes, options)
 
 
 # --------------------------------------------------------------------------- task contract doubles

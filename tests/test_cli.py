@@ -51,20 +51,46 @@ def test_train_val_and_predict_from_the_command_line(tmp_path, capsys):
     output = capsys.readouterr().out
     assert "metrics: top1" in output and "run directory: runs/classify/train" in output
     best = "runs/classify/train/weights/best.pt"
-    assert main(["val", best, "--data", str(data), "--workers", "0"]) == 0
+    assert main(["val", best, "--workers", "0"]) == 0  # the dataset it was trained on, recorded in best.pt
     assert "top1" in capsys.readouterr().out
     assert main(["predict", best, str(data / "val" / "c0"), "--save"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 4 and all("c0" in line or "c1" in line for line in lines)
+    assert len(lines) == 5 and all("c0" in line or "c1" in line for line in lines[:4])
+    assert lines[-1] == "drawn results written to runs/classify/predict"
     assert len(list((tmp_path / "runs" / "classify" / "predict").iterdir())) == 4
 
 
-def test_train_rejects_words_that_are_not_key_value(capsys):
-    import pytest
+def test_every_argument_can_be_key_value_as_ultralytics_users_type_it(tmp_path, capsys):
+    from .support import use_test_families, write_class_folders
 
-    with pytest.raises(SystemExit):
-        main(["train", "resnet18", "--data", "x", "lr0"])
-    assert "'lr0' is not a flag or key=value" in capsys.readouterr().err
+    use_test_families()
+    data = write_class_folders(tmp_path / "data")
+    assert main(["train", "model=tinynet-s", f"data={data}", "epochs=1", "imgsz=32", "device=cpu", "workers=0",
+                 "batch=8", "plots=false", "verbose=false", "name=kv"]) == 0
+    assert "run directory: runs/classify/kv" in capsys.readouterr().out
+    assert main(["val", "model=runs/classify/kv/weights/best.pt", f"data={data}", "workers=0", "batch=4"]) == 0
+    assert main(["predict", "model=runs/classify/kv/weights/best.pt", f"source={data / 'val' / 'c1'}", "save=true",
+                 "name=kvpredict"]) == 0
+    assert "written to runs/classify/kvpredict" in capsys.readouterr().out
+
+
+def test_a_word_that_is_neither_flag_nor_key_value_is_one_clear_error(capsys):
+    assert main(["train", "resnet18", "--data", "x", "lr0"]) == 2
+    assert "'lr0' is neither (write it as key=value" in capsys.readouterr().err
+    assert main(["train", "resnet18", "data=x", "--data", "y"]) == 2
+    assert "data is given twice" in capsys.readouterr().err
+
+
+def test_a_broken_pipe_ends_quietly(tmp_path):
+    import subprocess
+    import sys
+
+    from .conftest import REPO_ROOT
+    from .support import script_environment
+
+    listing = subprocess.run(f"{sys.executable} -m zoo_core.cli list | head -1", shell=True, capture_output=True, text=True,
+                             env=script_environment(), cwd=REPO_ROOT, timeout=120)
+    assert listing.stdout.startswith("FAMILY") and "Traceback" not in listing.stderr and "BrokenPipe" not in listing.stderr
 
 
 def test_export_writes_a_libreyolo_checkpoint_and_says_where(tmp_path, capsys):

@@ -51,7 +51,7 @@ def test_profile_on_one_device_writes_a_trace(data):
 
 def test_a_diverging_loss_stops_with_a_clear_error(data):
     model = LibreYOLO("tinynet-s")
-    with pytest.raises(TrainingDivergedError, match="NaN or infinite in epoch 1; lower lr0"):
+    with pytest.raises(TrainingDivergedError, match="diverged in epoch 1: .*NaN or infinite.*Lower lr0"):
         model.train(data=str(data), optimizer="SGD", lr0=1e30, momentum=0.0, max_grad_norm=None, warmup_epochs=0, **FAST)
 
 
@@ -83,3 +83,32 @@ def test_classes_follow_the_data_and_the_callers_model_changes_only_on_success(d
     assert model.num_classes == 5
     model.train(data=str(data), **FAST)
     assert model.num_classes == 2 and model.names == {0: "c0", 1: "c1"} and model.input_size == 32
+
+
+def test_training_leaves_the_matplotlib_backend_alone_and_a_failed_run_leaves_no_folder(data):
+    import matplotlib
+
+    previous = matplotlib.get_backend()
+    matplotlib.use("svg")  # the caller's choice, e.g. a notebook's
+    try:
+        result = LibreYOLO("tinynet-s").train(data=str(data), **{**FAST, "plots": True})
+        assert (result.run_dir / "results.png").is_file() and matplotlib.get_backend() == "svg"
+    finally:
+        matplotlib.use(previous)
+    with pytest.raises(RuntimeError, match="injected failure"):
+        LibreYOLO("tinynet-s", options={"fail_rank": 0, "fail_step": 1}).train(data=str(data), name="broken", **FAST)
+    assert not list(Path("runs").glob("classify/broken*")), "a run that wrote no checkpoint left its folder"
+
+
+def test_freeze_keeps_the_named_modules_fixed_and_names_what_matches_nothing(data):
+    from zoo_core.errors import TrainConfigError
+
+    model = LibreYOLO("tinynet-s")
+    before = {key: value.clone() for key, value in model.model.state_dict().items()}
+    model.train(data=str(data), freeze=["body"], **FAST)
+    after = model.model.state_dict()
+    assert all(torch.equal(after[key], before[key]) for key in after if key.startswith("body.") and "running" not in key
+               and "num_batches" not in key)
+    assert not torch.equal(after["head.weight"], before["head.weight"])
+    with pytest.raises(TrainConfigError, match=r"freeze names \['neck'\] match no parameter.*body, head"):
+        LibreYOLO("tinynet-s").train(data=str(data), freeze=["neck"], **FAST)

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, Subset
 
 from zoo_core.data.sampling import InferenceShardSampler
 from zoo_core.engine.distributed import find_free_port
+from zoo_core.reports.validation_report import ValidationReport
 from zoo_core.tasks import get_task
 
 from .doubles import LookupDetector, TinyClassifier, TinyRestorer, TinySegmenter, image_key
@@ -67,10 +68,15 @@ def build_case(task_name: str, samples: int) -> tuple[Any, Any, Any, torch.nn.Mo
     return task, spec, dataset, model.eval()
 
 
-def validate_shard(task_name: str, rank: int, world_size: int, samples: int = SAMPLES) -> dict[str, float]:
+def validate_shard(task_name: str, rank: int, world_size: int, samples: int = SAMPLES, report_to: Path | None = None) -> dict[str, Any]:
+    """The shard's metrics; with ``report_to``, also the numbers behind the report's charts (as lists)."""
     task, spec, dataset, model = build_case(task_name, samples)
     loader = DataLoader(dataset, batch_size=2, sampler=InferenceShardSampler(len(dataset), rank, world_size), collate_fn=task.collate)
-    return task.validate(model, loader, torch.device("cpu"), spec.names)
+    report = ValidationReport(report_to / task_name, write=rank == 0) if report_to is not None else None
+    metrics: dict[str, Any] = task.validate(model, loader, torch.device("cpu"), spec.names, report=report)
+    if report is not None:
+        metrics.update({name: value.tolist() for name, value in report.numbers.items()})
+    return metrics
 
 
 def _rank_main(rank: int, world_size: int, port: int, output: str) -> None:
@@ -80,6 +86,9 @@ def _rank_main(rank: int, world_size: int, port: int, output: str) -> None:
         results = {task_name: validate_shard(task_name, rank, world_size) for task_name in TASKS}
         # one sample over two ranks: rank 1 has nothing to validate and must still sync
         results.update({f"{task_name}/1": validate_shard(task_name, rank, world_size, samples=1) for task_name in TASKS})
+        # the report's confusion matrices and per-class scores are summed over ranks too
+        results.update({f"{task_name}/report": validate_shard(task_name, rank, world_size, report_to=Path(output, f"report{rank}"))
+                        for task_name in TASKS})
         Path(output, f"rank{rank}.json").write_text(json.dumps(results))
     finally:
         dist.destroy_process_group()
@@ -89,6 +98,8 @@ def test_sharded_validation_on_two_processes_equals_one_process(tmp_path: Path):
     torch.set_num_threads(1)
     single = {task_name: validate_shard(task_name, 0, 1) for task_name in TASKS}
     single.update({f"{task_name}/1": validate_shard(task_name, 0, 1, samples=1) for task_name in TASKS})
+    single.update({f"{task_name}/report": validate_shard(task_name, 0, 1, report_to=tmp_path / "single") for task_name in TASKS})
+    assert sum(map(sum, single["detect/report"]["confusion_matrix"])) > 0 and "per_class_iou" in single["semantic/report"]
     # the numbers must be informative, or equality would prove little
     assert 0 < single["detect"]["mAP50"] < 1 and 0 < single["semantic"]["mIoU"] < 1
     assert 0 < single["restore"]["psnr"] < 100 and 0 < single["classify"]["top5"]
@@ -106,6 +117,8 @@ def test_sharded_validation_on_two_processes_equals_one_process(tmp_path: Path):
             if process.is_alive():
                 process.kill()
                 process.join(timeout=10)
+    assert (tmp_path / "report0" / "detect" / "confusion_matrix.png").is_file()
+    assert not (tmp_path / "report1").exists(), "only rank 0 writes the report"
     for rank in range(2):
         shard_results = json.loads((tmp_path / f"rank{rank}.json").read_text())
         assert shard_results.keys() == single.keys()

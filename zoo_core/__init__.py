@@ -13,7 +13,16 @@ from zoo_core.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "hookimpl", "LibreYOLO", "TrainResult", "TrainingRecipe", "get_plugin_manager", "register_plugin"]
+__all__ = [
+    "__version__",
+    "hookimpl",
+    "LibreYOLO",
+    "TrainResult",
+    "TrainingRecipe",
+    "get_plugin_manager",
+    "register_plugin",
+    "sample_image",
+]
 
 _LAZY = {
     "LibreYOLO": "zoo_core.facade",
@@ -21,6 +30,7 @@ _LAZY = {
     "TrainingRecipe": "zoo_core.engine.recipe",
     "get_plugin_manager": "zoo_core.plugin_manager",
     "register_plugin": "zoo_core.plugin_manager",
+    "sample_image": "zoo_core.paths",
 }
 
 

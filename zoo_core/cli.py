@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Sequence
 
 from zoo_core import __version__
-from zoo_core.errors import ModelNameError, UnknownFamilyError, ZooError
+from zoo_core.errors import ModelNameError, TrainConfigError, UnknownFamilyError, ZooError
 from zoo_core.registry import TASKS
 
-EXPORT_FORMATS = ("libreyolo",)
+EXPORT_FORMATS = ("libreyolo", "onnx", "torchscript")
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "parse_key_values"]
 
 
 def _format_count(count: int) -> str:
@@ -60,6 +61,9 @@ def command_list(arguments: argparse.Namespace) -> int:
     if arguments.json:
         print(json.dumps(summaries, indent=2))
         return 0
+    if arguments.markdown:
+        print(families_markdown(manager, [summary["family"] for summary in summaries]), end="")
+        return 0
     rows = [
         [
             summary["family"],
@@ -73,6 +77,41 @@ def command_list(arguments: argparse.Namespace) -> int:
     ]
     _print_table(rows, ["FAMILY", "TASK", "SIZES", "SPAWN", "SYNC_BN", "NAME"])
     return 0
+
+
+def _format_image_size(size: Any) -> str:
+    """``640`` for a square, ``512x1024`` (height x width) for a rectangle."""
+    return str(size) if isinstance(size, int) else "x".join(str(side) for side in size)
+
+
+def families_markdown(manager: Any, families: list[str]) -> str:
+    """docs/families.md: a Markdown table of ``families`` with every size's published facts.
+
+    The page is this function's output (``zoo list --markdown > docs/families.md``), so the docs
+    list exactly the families the registry declares; tests/test_docs_families.py keeps it so.
+    """
+    lines = [
+        "# Families",
+        "",
+        "Generated from registry.yaml by `zoo list --markdown > docs/families.md`; do not edit by hand.",
+        "Parameter counts are the published ones (at the published class count) with their source;",
+        "the test suite builds every size and checks its count. `zoo info FAMILY` says more.",
+        "",
+        "| family | task | size | input | parameters | sync_bn | spawn | source |",
+        "| --- | --- | --- | --- | ---: | --- | --- | --- |",
+    ]
+    for family in families:
+        declaration = manager.family(family)
+        summary = _family_summary(manager, family)
+        for size, spec in declaration.sizes.items():
+            height, width = (spec.input_size, spec.input_size) if isinstance(spec.input_size, int) else spec.input_size
+            source = (spec.params_source or "").replace("|", "/").replace("\n", " ")
+            lines.append(
+                f"| {declaration.display} (`{family}`) | {declaration.task} | `{family}-{size}` | {height}x{width} | "
+                f"{spec.params / 1e6:.2f} M | {'on' if summary['sync_bn'] else 'off'} | "
+                f"{'yes' if summary['spawn'] else 'torchrun only'} | {source} |"
+            )
+    return "\n".join(lines) + "\n"
 
 
 def command_info(arguments: argparse.Namespace) -> int:
@@ -110,10 +149,10 @@ def command_info(arguments: argparse.Namespace) -> int:
     print(f"spawn:     {'yes' if summary['spawn'] else 'no (torchrun only)'}")
     print(f"sync_bn:   {'on' if summary['sync_bn'] else 'off'} by default under DDP")
     if declaration.published_num_classes:
-        print(f"params at: {declaration.published_num_classes} classes (tolerance {declaration.param_tolerance:.0%})")
+        print(f"params at: {declaration.published_num_classes} classes (tolerance {declaration.param_tolerance:.2%})")
     print()
     rows = [
-        [size, str(spec["input_size"]), _format_count(spec["params"]), spec["params_source"]]
+        [size, _format_image_size(spec["input_size"]), _format_count(spec["params"]), spec["params_source"]]
         for size, spec in sizes.items()
     ]
     _print_table(rows, ["SIZE", "INPUT", "PARAMS", "SOURCE"])
@@ -153,17 +192,35 @@ def command_plugins(arguments: argparse.Namespace) -> int:
     return 0
 
 
-def _parse_overrides(pairs: list[str]) -> dict[str, Any]:
-    """``key=value`` words as typed arguments (values parsed as YAML scalars: 0.01, true, [0, 1])."""
+def parse_key_values(words: Sequence[str]) -> dict[str, Any]:
+    """``key=value`` words as typed arguments (values read as YAML scalars: ``0.01``, ``true``, ``[0, 1]``).
+
+    ``TrainConfigError`` names a word that is not ``key=value`` or whose value is not valid YAML.
+    """
     import yaml
 
-    overrides: dict[str, Any] = {}
-    for pair in pairs:
-        key, separator, value = pair.partition("=")
-        if not separator or not key:
-            raise SystemExit(f"zoo: error: {pair!r} is not key=value (e.g. lr0=0.001 mosaic=0)")
-        overrides[key.replace("-", "_")] = yaml.safe_load(value) if value else ""
-    return overrides
+    arguments: dict[str, Any] = {}
+    for word in words:
+        key, separator, value = word.partition("=")
+        if not separator or not key.strip():
+            raise TrainConfigError(f"{word!r} is not key=value (e.g. lr0=0.001 mosaic=0)")
+        try:
+            arguments[key.strip().replace("-", "_")] = yaml.safe_load(value) if value else ""
+        except yaml.YAMLError as error:
+            raise TrainConfigError(f"{word!r}: the value is not a number, a word or a [list] ({error})") from None
+    return arguments
+
+
+def _image_size_argument(text: str) -> int | tuple[int, int]:
+    """``--imgsz``: ``640`` (a square) or ``512,1024`` (height,width; also ``512x1024``)."""
+    parts = text.lower().replace("x", ",").split(",")
+    try:
+        sides = [int(part) for part in parts]
+    except ValueError:
+        sides = []
+    if len(sides) not in (1, 2):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size: give 640 (square) or 512,1024 (height,width)")
+    return sides[0] if len(sides) == 1 else (sides[0], sides[1])
 
 
 def _model(name: str) -> Any:
@@ -172,19 +229,61 @@ def _model(name: str) -> Any:
     return LibreYOLO(name)
 
 
+# The model commands take every argument as ``--key value`` or ``key=value`` (Ultralytics' grammar),
+# including ``model=``, ``data=`` and ``source=``; these flags exist for the common ones.
+_FLAG_KEYS = {
+    "train": ("data", "epochs", "batch", "imgsz", "device", "workers", "project", "name", "seed", "resume"),
+    "val": ("data", "batch", "imgsz", "device", "split", "workers", "conf", "iou"),
+    "predict": ("conf", "iou", "imgsz", "device", "max_det", "save", "project", "name"),
+    "export": ("format", "output"),
+}
+_POSITIONAL_KEYS = {"train": ("model",), "val": ("model",), "predict": ("model", "source"), "export": ("model",)}
+
+
+def _looks_like_key_value(word: str) -> bool:
+    key, separator, _ = word.partition("=")
+    return bool(separator) and key.replace("-", "_").isidentifier()
+
+
+def command_settings(arguments: argparse.Namespace) -> dict[str, Any]:
+    """Every argument of a model command, from its flags, positional words and ``key=value`` words.
+
+    A key given twice with two values is a ``TrainConfigError`` naming it.
+    """
+    command = arguments.command
+    words = [*arguments.words, *getattr(arguments, "extra", [])]
+    pairs = [word for word in words if _looks_like_key_value(word)]
+    plain = [word for word in words if not _looks_like_key_value(word)]
+    settings = parse_key_values(pairs)
+    for key, word in zip(_POSITIONAL_KEYS[command], plain):
+        if key in settings and settings[key] != word:
+            raise TrainConfigError(f"{key} is given twice: {word!r} and {key}={settings[key]!r}")
+        settings[key] = word
+    if len(plain) > len(_POSITIONAL_KEYS[command]):
+        extra = plain[len(_POSITIONAL_KEYS[command]):]
+        raise TrainConfigError(
+            f"zoo {command} takes {' and '.join(_POSITIONAL_KEYS[command]).upper()} and then flags or key=value "
+            f"arguments; {extra[0]!r} is neither (write it as key=value, e.g. lr0=0.001)"
+        )
+    for key in _FLAG_KEYS[command]:
+        value = getattr(arguments, key, None)
+        if value is None or value is False:
+            continue
+        if key in settings and settings[key] != value:
+            raise TrainConfigError(f"{key} is given twice: --{key.replace('_', '-')} {value!r} and {key}={settings[key]!r}")
+        settings[key] = value
+    if "model" not in settings:
+        raise TrainConfigError(f"zoo {command} needs a model: a name (yolo9-t) or a weights file, as MODEL or model=...")
+    return settings
+
+
 def command_train(arguments: argparse.Namespace) -> int:
-    """``zoo train MODEL --data D [--device ...] [key=value ...]``: train and print the result."""
-    options = {
-        key: value
-        for key, value in {
-            "data": arguments.data, "epochs": arguments.epochs, "batch": arguments.batch, "imgsz": arguments.imgsz,
-            "device": arguments.device, "workers": arguments.workers, "project": arguments.project,
-            "name": arguments.name, "seed": arguments.seed, "resume": arguments.resume or None,
-        }.items()
-        if value is not None
-    }
-    options.update(_parse_overrides(arguments.overrides))
-    result = _model(arguments.model).train(**options)
+    """``zoo train MODEL data=D [key=value ...]``: train and print the result and where it is."""
+    settings = command_settings(arguments)
+    model = _model(settings.pop("model"))
+    if "data" not in settings:
+        raise TrainConfigError("zoo train needs data=...: 'shapes', a dataset YAML or a folder")
+    result = model.train(**settings)
     metrics = "  ".join(f"{name} {value:.4f}" for name, value in result.metrics.items()) or "no validation"
     print(f"metrics: {metrics}")
     print(f"run directory: {result.run_dir}  (best: {result.best})")
@@ -192,28 +291,43 @@ def command_train(arguments: argparse.Namespace) -> int:
 
 
 def command_val(arguments: argparse.Namespace) -> int:
-    """``zoo val MODEL --data D``: validate and print the metrics."""
-    options = {"data": arguments.data, "batch": arguments.batch, "imgsz": arguments.imgsz, "device": arguments.device,
-               "split": arguments.split, "workers": arguments.workers, "conf": arguments.conf, "iou": arguments.iou}
-    metrics = _model(arguments.model).val(**{key: value for key, value in options.items() if value is not None})
+    """``zoo val MODEL [data=D]``: validate (on the dataset the model was trained on, by default) and print the metrics."""
+    settings = command_settings(arguments)
+    model = _model(settings.pop("model"))
+    metrics = model.val(**settings)
     print("  ".join(f"{name} {value:.4f}" for name, value in metrics.items()))
+    if model.last_val_dir is not None:
+        print(f"results written to {model.last_val_dir}")
     return 0
 
 
 def command_predict(arguments: argparse.Namespace) -> int:
-    """``zoo predict MODEL SOURCE [--save]``: predict and print one line per image."""
-    options = {"conf": arguments.conf, "iou": arguments.iou, "imgsz": arguments.imgsz, "device": arguments.device,
-               "save": arguments.save, "project": arguments.project, "name": arguments.name, "max_det": arguments.max_det}
-    results = _model(arguments.model).predict(arguments.source, **{key: value for key, value in options.items() if value is not None})
-    for result in results:
+    """``zoo predict MODEL SOURCE [save=true]``: predict, print one line per image and where drawings went."""
+    settings = command_settings(arguments)
+    model = _model(settings.pop("model"))
+    if "source" not in settings:
+        raise TrainConfigError("zoo predict needs a SOURCE: an image, a folder, a glob or a video (or source=...)")
+    settings.pop("stream", None)
+    saved: set[str] = set()
+    # Streamed: a video or a large folder is read, predicted and printed one image at a time.
+    for result in model.predict(settings.pop("source"), stream=True, **settings):
         print(result.summary())
+        if getattr(result, "save_path", None):
+            saved.add(str(result.save_path.parent))
+    if saved:
+        print(f"drawn results written to {', '.join(sorted(saved))}")
     return 0
 
 
 def command_export(arguments: argparse.Namespace) -> int:
-    """``zoo export MODEL --format libreyolo [--output PATH]``: write the model in another format."""
-    written = _model(arguments.model).export(format=arguments.format, path=arguments.output)
-    print(f"exported {arguments.format}: {written}")
+    """``zoo export MODEL format=F [output=PATH]``: write the model in another format and say where."""
+    settings = command_settings(arguments)
+    model = _model(settings.pop("model"))
+    export_format = settings.pop("format", None)
+    if export_format not in EXPORT_FORMATS:
+        raise TrainConfigError(f"zoo export needs format=...: one of {', '.join(EXPORT_FORMATS)} (got {export_format!r})")
+    written = model.export(format=export_format, path=settings.pop("output", None), **settings)
+    print(f"exported {export_format}: {written}")
     return 0
 
 
@@ -227,6 +341,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--ddp-capable", action="store_true", help="only families that auto-spawn one process per device")
     listing.add_argument("--task", choices=TASKS, help="only families of this task")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
+    listing.add_argument("--markdown", action="store_true", help="the Markdown table of docs/families.md")
     listing.set_defaults(handler=command_list)
 
     info = commands.add_parser("info", help="describe one family")
@@ -239,25 +354,25 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.set_defaults(handler=command_plugins)
 
     training = commands.add_parser("train", help="train a model (several devices: one process each)")
-    training.add_argument("model", help="a model name (yolo9-t) or weights (.safetensors/.pt)")
-    training.add_argument("--data", required=True, help="'shapes', a dataset YAML or a folder")
+    training.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE",
+                          help="a model name (yolo9-t) or weights, then any training argument as key=value (lr0=0.001)")
+    training.add_argument("--data", help="'shapes', a dataset YAML or a folder (or data=...)")
     training.add_argument("--epochs", type=int)
     training.add_argument("--batch", type=int, help="global batch over all devices; -1: autobatch")
-    training.add_argument("--imgsz", type=int)
+    training.add_argument("--imgsz", type=_image_size_argument, help="640, or height,width: 512,1024")
     training.add_argument("--device", help="'0,1', 'cpu', 'cpu,cpu' (two CPU ranks), 'auto'")
     training.add_argument("--workers", type=int)
     training.add_argument("--project")
     training.add_argument("--name")
     training.add_argument("--seed", type=int)
     training.add_argument("--resume", nargs="?", const=True, default=None, help="continue a run (optionally: its last.pt)")
-    training.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="any other training argument, e.g. lr0=0.001")
     training.set_defaults(handler=command_train)
 
     validation = commands.add_parser("val", help="validate a model on a dataset")
-    validation.add_argument("model")
-    validation.add_argument("--data", required=True)
+    validation.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE", help="a model (weights), then key=value arguments")
+    validation.add_argument("--data", help="default: the dataset the model was trained on")
     validation.add_argument("--batch", type=int)
-    validation.add_argument("--imgsz", type=int)
+    validation.add_argument("--imgsz", type=_image_size_argument, help="640, or height,width: 512,1024")
     validation.add_argument("--device")
     validation.add_argument("--split", help="val (default) or test")
     validation.add_argument("--workers", type=int)
@@ -266,11 +381,11 @@ def build_parser() -> argparse.ArgumentParser:
     validation.set_defaults(handler=command_val)
 
     prediction = commands.add_parser("predict", help="predict on images and optionally save drawn results")
-    prediction.add_argument("model")
-    prediction.add_argument("source", help="an image file or a folder")
+    prediction.add_argument("words", nargs="*", metavar="MODEL SOURCE|KEY=VALUE",
+                            help="a model, an image/folder/glob/video, then key=value arguments")
     prediction.add_argument("--conf", type=float)
     prediction.add_argument("--iou", type=float)
-    prediction.add_argument("--imgsz", type=int)
+    prediction.add_argument("--imgsz", type=_image_size_argument, help="640, or height,width: 512,1024")
     prediction.add_argument("--device")
     prediction.add_argument("--max-det", type=int, dest="max_det")
     prediction.add_argument("--save", action="store_true", help="write drawn predictions into the run directory")
@@ -278,31 +393,40 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--name")
     prediction.set_defaults(handler=command_predict)
 
-    exporting = commands.add_parser("export", help="write a model in another format (libreyolo)")
-    exporting.add_argument("model", help="a model name or weights file")
-    exporting.add_argument("--format", required=True, choices=EXPORT_FORMATS, help="libreyolo: a LibreYOLO 1.6 checkpoint")
+    exporting = commands.add_parser("export", help=f"write a model in another format ({', '.join(EXPORT_FORMATS)})")
+    exporting.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE", help="a model name or weights file")
+    exporting.add_argument("--format", choices=EXPORT_FORMATS, help="libreyolo: a LibreYOLO 1.6 checkpoint; onnx, torchscript: the inference graph")
     exporting.add_argument("--output", help="the file to write (default: beside the weights, or in the current folder)")
     exporting.set_defaults(handler=command_export)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``zoo``; errors that zoo raises on purpose print one message and exit with status 2."""
+    """Run ``zoo``; an error prints one ``zoo: error:`` line (``ZOO_DEBUG=1``: the traceback too)."""
     parser = build_parser()
-    # key=value training overrides may follow or precede the flags, so collect them wherever they are.
+    # key=value words may sit anywhere among the flags; argparse leaves the ones after a flag over.
     arguments, extra = parser.parse_known_args(argv)
-    leftovers = [word for word in extra if "=" not in word or word.startswith("-")]
-    if arguments.command == "train" and leftovers and not leftovers[0].startswith("-"):
-        parser.error(f"{leftovers[0]!r} is not a flag or key=value (training arguments look like lr0=0.001)")
-    if leftovers or (extra and arguments.command != "train"):
-        parser.error(f"unrecognized arguments: {' '.join(leftovers or extra)}")
-    if extra:
-        arguments.overrides = [*arguments.overrides, *extra]
+    flags = [word for word in extra if word.startswith("-")]
+    if flags or (extra and not hasattr(arguments, "words")):
+        parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")
+    arguments.extra = extra  # words after a flag: command_settings sorts them
     try:
         return int(arguments.handler(arguments) or 0)
+    except BrokenPipeError:  # `zoo list | head -3`: the reader left; end quietly, like other commands do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 0
     except (ZooError, UnknownFamilyError) as error:
         print(f"zoo: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("zoo: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:  # noqa: BLE001 - one line for the user; ZOO_DEBUG=1 shows the traceback
+        if os.environ.get("ZOO_DEBUG", "").strip().lower() not in ("", "0", "false", "no", "off"):
+            raise
+        print(f"zoo: error: {type(error).__name__}: {error} (set ZOO_DEBUG=1 for the traceback)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

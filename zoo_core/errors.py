@@ -23,6 +23,8 @@ __all__ = [
     "CorruptWeightsError",
     "UnsafeWeightsError",
     "WeightsMismatchError",
+    "WeightsWriteError",
+    "ArgumentError",
     "TrainConfigError",
     "DeviceSpecError",
     "BatchSizeError",
@@ -33,6 +35,7 @@ __all__ = [
     "MasterPortInUseError",
     "TrainingDivergedError",
     "ResumeError",
+    "ExportError",
 ]
 
 
@@ -103,6 +106,14 @@ class WeightsMismatchError(WeightsError):
     """Weights whose tensors do not fit the model they are loaded into (another family or size)."""
 
 
+class WeightsWriteError(WeightsError, OSError):
+    """Writing a weights file failed (a full disk, no permission); the previous file is left as it was."""
+
+
+class ArgumentError(ZooError, ValueError):
+    """An argument of ``val``, ``predict`` or ``export`` with a bad value (the message names it and the accepted values)."""
+
+
 class TrainConfigError(ZooError, ValueError):
     """A training argument that is unknown or has a bad value (the message names the key)."""
 
@@ -146,3 +157,7 @@ class TrainingDivergedError(ZooError, FloatingPointError):
 
 class ResumeError(ZooError, ValueError):
     """``resume=`` points at nothing resumable (the message says what was found)."""
+
+
+class ExportError(ZooError, RuntimeError):
+    """A model that cannot be written as an ONNX or TorchScript graph (the message names the model and the operator)."""

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from zoo_core import __version__
-from zoo_core.errors import ModelNameError, WeightsMismatchError, WeightsNotFoundError
+from zoo_core.errors import ArgumentError, CorruptWeightsError, ModelNameError, WeightsError, WeightsMismatchError, WeightsNotFoundError
 from zoo_core.naming import WEIGHT_SUFFIXES, canonical_name, resolve_model_name
 from zoo_core.paths import zoo_home
 from zoo_core.plugin_manager import get_plugin_manager
-from zoo_core.registry import FamilyDeclaration
+from zoo_core.registry import FamilyDeclaration, image_size_hw, load_registry
 from zoo_core.weights import ModelMeta, download_weights, save_safetensors, sha256_of
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class LibreYOLO:
         self.seed = seed
         self.options: dict[str, Any] = dict(options or {})
         self.weights_path: Path | None = None
+        self.data = ""  # the dataset the weights were trained on, when known (val() uses it by default)
+        self.last_val_dir: Path | None = None  # where the last val() wrote its report
         path = Path(model)
         if path.is_dir():
             raise WeightsNotFoundError(f"{path} is a directory, not a weights file; give the path of a .pt, .pth or .safetensors file")
@@ -76,7 +78,7 @@ class LibreYOLO:
         elif path.suffix.lower() in WEIGHT_SUFFIXES:
             self._load_file(self._download_for(path))
         else:
-            family, size = resolve_model_name(str(model), self._manager.families)
+            family, size = self._resolve_name(str(model))
             if names is not None and num_classes is None:
                 num_classes = len(names)
             self._build(family, size, num_classes, _as_names(names))
@@ -110,11 +112,38 @@ class LibreYOLO:
 
         loaded = load_weights_file(path, self._manager, architecture=architecture)
         self.options = {**loaded.options, **self.options}
-        self._build(loaded.family, loaded.size, loaded.num_classes, loaded.names or None)
+        try:
+            self._build(loaded.family, loaded.size, loaded.num_classes, loaded.names or None)
+        except (ValueError, TypeError) as error:
+            if isinstance(error, WeightsError):
+                raise
+            raise CorruptWeightsError(
+                f"{path} ({loaded.description}) describes a model zoo cannot build: {error}. Its metadata may be "
+                "damaged or written by another zoo version; load it with options= that fix it, or re-save it"
+            ) from None
         if loaded.input_size:
             self.input_size = loaded.input_size
         self.load_state_dict(loaded.state_dict, source=f"{path} ({loaded.description})")
-        self.weights_path = path
+        self.weights_path, self.data = path, loaded.data
+
+    def _resolve_name(self, name: str) -> tuple[str, str]:
+        """``(family, size)`` of a model name; a blocked plugin's model says it is blocked."""
+        try:
+            return resolve_model_name(name, self._manager.families)
+        except ModelNameError:
+            blocked = {family: declaration for family, declaration in load_registry().items()
+                       if family in self._manager.blocked_names or declaration.plugin in self._manager.blocked_names}
+            try:
+                family, size = resolve_model_name(name, blocked) if blocked else ("", "")
+            except ModelNameError:
+                family = ""
+            if family:
+                raise ModelNameError(
+                    f"{name!r} is {canonical_name(family, size)}, whose plugin {family!r} is blocked "
+                    f"({', '.join(sorted(self._manager.blocked_names))} in ZOO_BLOCK_PLUGINS or block=); unblock it to "
+                    "use this model"
+                ) from None
+            raise
 
     def _download_for(self, path: Path) -> Path:
         try:
@@ -160,6 +189,7 @@ class LibreYOLO:
             input_size=self.input_size,
             zoo_version=__version__,
             options=dict(self.options),
+            data=self.data,
         )
 
     @property
@@ -195,41 +225,65 @@ class LibreYOLO:
         converted = self._manager.convert_weights(self.family, self.size, self.model.state_dict(), "zoo", "libreyolo")
         if converted is None:
             converted = ConvertedWeights(self.model.state_dict())
+        height, width = image_size_hw(self.input_size)
         checkpoint = libreyolo_checkpoint(
             converted.state_dict, family=self.family, size=converted.size or self.size, task=self.task,
-            names=self.names, input_size=self.input_size,
+            names=self.names, input_size=max(height, width),
         )
+        if height != width:  # LibreYOLO's rectangle: the longer side in imgsz, both sides beside it
+            checkpoint.update(imgsz_h=height, imgsz_w=width)
         return atomic_torch_save(checkpoint, path)
 
-    def export(self, format: str = "libreyolo", path: str | os.PathLike[str] | None = None) -> Path:
-        """Write the model in ``format`` and return the file: ``"libreyolo"`` is a LibreYOLO 1.6 checkpoint.
+    def export(self, format: str = "libreyolo", path: str | os.PathLike[str] | None = None, *, batch: int = 1) -> Path:
+        """Write the model in ``format`` and return the file.
 
-        The default path sits beside the weights the model was loaded from (``best.libreyolo.pt``),
-        or in the current folder for a fresh model (``yolo9-t.libreyolo.pt``).
+        ``"libreyolo"`` is a LibreYOLO 1.6 checkpoint; ``"onnx"`` and ``"torchscript"`` are the
+        eval-mode graph at the model's input size with a dynamic batch (``zoo_core.export``).
+        The default path sits beside the weights the model was loaded from (``best.onnx``), or in
+        the current folder for a fresh model (``yolo9-t.onnx``, ``yolo9-t.libreyolo.pt``).
         """
-        if format != "libreyolo":
-            raise ValueError(f"export(format={format!r}): the formats are 'libreyolo'")
+        from zoo_core.export import GRAPH_FORMATS, export_graph
+
+        suffixes = {"libreyolo": ".libreyolo.pt", **GRAPH_FORMATS}
+        if format not in suffixes:
+            raise ArgumentError(f"export(format={format!r}): the formats are {', '.join(map(repr, suffixes))}")
         if path is None:
             stem = self.weights_path.with_suffix("") if self.weights_path is not None else Path(self.name)
-            path = stem.with_name(f"{stem.name}.libreyolo.pt")
-        return self.save(path, format="libreyolo")
+            path = stem.with_name(f"{stem.name}{suffixes[format]}")
+        if format == "libreyolo":
+            return self.save(path, format="libreyolo")
+        facts = {"family": self.family, "size": self.size, "names": self.names, "zoo_version": __version__}
+        return export_graph(self.model, format, path, name=self.name, task=self.task, input_size=self.input_size,
+                            metadata=facts, batch=batch)
 
-    def info(self) -> dict[str, Any]:
-        """Family, size, task, classes, input size, parameter count and DDP defaults."""
-        from zoo_core.building import count_parameters
+    def info(self, verbose: bool = True) -> dict[str, Any]:
+        """Family, size, task, classes, input size, layers, parameters, GFLOPs and DDP defaults.
 
-        return {
+        With ``verbose`` (the default, as in Ultralytics) a one-line summary is printed too;
+        the dict is returned either way.
+        """
+        from zoo_core.export import model_summary
+
+        summary = model_summary(self.model, self.input_size)
+        facts = {
             "name": self.name,
             "family": self.family,
             "size": self.size,
             "task": self.task,
             "num_classes": self.num_classes,
             "input_size": self.input_size,
-            "parameters": count_parameters(self.model),
+            "layers": summary["layers"],
+            "parameters": summary["parameters"],
+            "gflops": summary["gflops"],
             "sync_bn_default": self._manager.default_sync_bn(self.family),
             "spawn": self._manager.supports_spawn(self.family),
             "weights": str(self.weights_path) if self.weights_path else None,
         }
+        if verbose:
+            height, width = image_size_hw(self.input_size)
+            cost = f"{summary['gflops']:.2f} GFLOPs at {height}x{width}" if summary["gflops"] is not None else "GFLOPs unknown"
+            print(f"{self.name} summary: {summary['layers']} layers, {summary['parameters']:,} parameters, {cost}")
+        return facts
 
     def train(self, **kwargs: Any) -> "TrainResult":
         """Train on ``data``; see ``zoo_core.engine.config.TrainConfig`` for every argument.
@@ -243,6 +297,7 @@ class LibreYOLO:
         with self._spec_with_weights() as spec:
             outcome = fit(spec, kwargs, manager=self._manager)
         self._apply(outcome)
+        self.data = str(kwargs.get("data") or self.data)
         return outcome.result
 
     def val(self, **kwargs: Any) -> dict[str, float]:
@@ -251,8 +306,12 @@ class LibreYOLO:
 
         return validate(self, size_multiple=self._recipe().input_size_multiple(), **kwargs)
 
-    def predict(self, source: Any, **kwargs: Any) -> list[Any]:
-        """Predict on an image path, folder, PIL image, numpy array, or a list of them."""
+    def predict(self, source: Any, **kwargs: Any) -> Any:
+        """Predict on an image, a video, a folder, a glob, a PIL image, an array, or a list of them.
+
+        Returns the list of results, or with ``stream=True`` a generator yielding them one at a
+        time (``zoo_core.tasks.runner.predict`` lists every argument).
+        """
         from zoo_core.tasks.runner import predict
 
         return predict(self, source, size_multiple=self._recipe().input_size_multiple(), **kwargs)

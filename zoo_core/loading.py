@@ -27,6 +27,7 @@ from zoo_core.naming import canonical_name, resolve_model_name
 from zoo_core.weight_formats import RecognisedWeights, recognise
 
 if TYPE_CHECKING:
+    from zoo_core.registry import ImageSize
     import torch
 
     from zoo_core.plugin_manager import ZooPluginManager
@@ -48,9 +49,10 @@ class LoadedWeights:
     description: str  # e.g. "a LibreYOLO 1.0 checkpoint of yolo9-t"
     layout: str = "zoo"  # the layout the tensors came in
     names: dict[int, str] = field(default_factory=dict)
-    input_size: int | None = None
+    input_size: "ImageSize | None" = None
     options: dict[str, Any] = field(default_factory=dict)
     zoo_version: str = ""
+    data: str = ""  # the dataset it was trained on, when the file records it
 
 
 def _meta_model_shapes(manager: "ZooPluginManager", family: str, size: str, num_classes: int,
@@ -191,7 +193,7 @@ def load_weights_file(path: str | Path, manager: "ZooPluginManager", *, architec
         return LoadedWeights(
             family=meta.family, size=meta.size, num_classes=meta.num_classes, state_dict=found.state_dict,
             description=found.describe(), names=dict(meta.names), input_size=meta.input_size or None,
-            options=dict(meta.options), zoo_version=meta.zoo_version,
+            options=dict(meta.options), zoo_version=meta.zoo_version, data=meta.data,
         )
     if found.format == "libreyolo":
         return _from_libreyolo(found, manager)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import re
 from pathlib import Path
-from typing import Any, Callable, Literal, Mapping
+from typing import Any, Callable, Literal, Mapping, Union
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -19,6 +19,7 @@ from zoo_core.errors import RegistryError
 
 __all__ = [
     "TASKS",
+    "RECTANGULAR_TASKS",
     "WeightsSource",
     "SizeDeclaration",
     "FamilyDeclaration",
@@ -27,13 +28,44 @@ __all__ = [
     "builtin_families",
     "declared_in_registry",
     "validate_declaration",
+    "ImageSize",
+    "image_size_hw",
+    "normalise_image_size",
 ]
 
-TASKS = ("detect", "classify", "semantic", "restore")
-Task = Literal["detect", "classify", "semantic", "restore"]
+TASKS = ("detect", "points", "classify", "semantic", "restore")
+# Tasks whose data pipeline resizes to any height × width; the others letterbox or crop to a square.
+RECTANGULAR_TASKS = frozenset({"semantic"})
+Task = Literal["detect", "points", "classify", "semantic", "restore"]
 
 _FAMILY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _BUILDER_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+
+
+ImageSize = Union[int, tuple[int, int]]
+"""An input size: an int for a square, ``(height, width)`` for a rectangle."""
+
+
+def normalise_image_size(value: Any, what: str = "input_size", minimum: int = 1) -> ImageSize:
+    """``value`` as an ``ImageSize``: an int, or a ``(height, width)`` pair of ints (a list or tuple).
+
+    A pair of equal sides is the square's int, so square sizes have one spelling everywhere.
+    A ``ValueError`` naming ``what`` for anything else, or for a side below ``minimum``.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        sides: tuple[int, ...] = (value,)
+    elif isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(side, int) and not isinstance(side, bool) for side in value):
+        sides = (value[0], value[1])
+    else:
+        raise ValueError(f"{what} must be an integer or a [height, width] pair of integers, got {value!r}")
+    if min(sides) < minimum:
+        raise ValueError(f"{what} needs sides of at least {minimum} pixel{'s' if minimum > 1 else ''}, got {value!r}")
+    return sides[0] if len(sides) == 1 or sides[0] == sides[1] else (sides[0], sides[1])
+
+
+def image_size_hw(size: ImageSize) -> tuple[int, int]:
+    """``(height, width)`` of an input size (an int is a square)."""
+    return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
 class WeightsSource(BaseModel):
@@ -64,11 +96,16 @@ class SizeDeclaration(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input_size: int = Field(gt=0, description="default square input size in pixels")
+    input_size: ImageSize = Field(description="default input size in pixels: an int (square) or [height, width]")
     params: int = Field(gt=0, description="published parameter count at the family's published_num_classes")
     params_source: str = Field(min_length=1, description="where the published count comes from")
     config: dict[str, Any] = Field(default_factory=dict, description="keyword data for the builder")
     weights: WeightsSource | None = None
+
+    @field_validator("input_size", mode="before")
+    @classmethod
+    def _image_size(cls, value: Any) -> ImageSize:
+        return normalise_image_size(value)
 
 
 class FamilyDeclaration(BaseModel):
@@ -138,6 +175,13 @@ class FamilyDeclaration(BaseModel):
     def _classes_for_class_tasks(self) -> "FamilyDeclaration":
         if self.task != "restore" and self.published_num_classes is None:
             raise ValueError(f"field 'published_num_classes' is required for task {self.task!r}")
+        if self.task not in RECTANGULAR_TASKS:
+            rectangles = [size for size, declared in self.sizes.items() if not isinstance(declared.input_size, int)]
+            if rectangles:
+                raise ValueError(
+                    f"sizes {', '.join(rectangles)}: a {self.task!r} model takes a square input_size (one integer); "
+                    f"[height, width] is for {', '.join(sorted(RECTANGULAR_TASKS))}"
+                )
         return self
 
     def size(self, size: str) -> SizeDeclaration:

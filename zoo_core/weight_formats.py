@@ -18,18 +18,17 @@ anything else) and says what it is:
 
 from __future__ import annotations
 
-import pickle
-import re
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
-from zoo_core.errors import CorruptWeightsError, UnsafeWeightsError
-from zoo_core.weights import ModelMeta, read_safetensors
+from zoo_core.errors import CorruptWeightsError
+from zoo_core.weights import DIGEST_KEY, ModelMeta, load_torch_file, read_safetensors, verify_digest
 
 if TYPE_CHECKING:
     import torch
+
+    from zoo_core.registry import ImageSize
 
 __all__ = [
     "LIBREYOLO_SCHEMA_VERSION",
@@ -59,7 +58,7 @@ class RecognisedWeights:
     task: str | None = None
     num_classes: int | None = None
     names: dict[int, str] = field(default_factory=dict)
-    input_size: int | None = None
+    input_size: "ImageSize | None" = None
     container: str | None = None  # where a bare state dict was found ("params_ema"...)
 
     def describe(self) -> str:
@@ -70,35 +69,6 @@ class RecognisedWeights:
             return f"a LibreYOLO {LIBREYOLO_SCHEMA_VERSION} checkpoint of {self.family}-{self.size}"
         where = f" (under {self.container!r})" if self.container else ""
         return f"a state dict without metadata{where}"
-
-
-def _load_torch_file(path: Path) -> Any:
-    import torch
-
-    try:
-        return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        text = str(error)
-        # torch's weights-only unpickler names a refused class "Unsupported global: GLOBAL module.Class".
-        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        if refused:
-            raise UnsafeWeightsError(
-                f"{path} holds pickled Python objects ({refused.group(1)}), not a plain state dict, and zoo only "
-                "loads with torch.load(weights_only=True). If you trust the file, re-save its weights as a state "
-                "dict: torch.save(model.state_dict(), path), or as safetensors."
-            ) from None
-        operand = re.search(r"Unsupported operand [^\n]*", text)
-        why = operand.group(0) if operand else text.strip().splitlines()[0] if text.strip() else type(error).__name__
-        raise CorruptWeightsError(
-            f"{path} is not a PyTorch weights file ({why}); it may be damaged or another kind of file. Check the path, "
-            "or re-download it"
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError, KeyError, IndexError, TypeError, AttributeError,
-            UnicodeDecodeError, zipfile.BadZipFile) as error:
-        raise CorruptWeightsError(
-            f"{path} could not be read as a PyTorch file ({type(error).__name__}: {error}); it may be truncated, "
-            "damaged or another format. Re-download it, or re-save it."
-        ) from None
 
 
 def _tensor_dict(value: Any) -> bool:
@@ -144,8 +114,16 @@ def _libreyolo(path: Path, content: Mapping[str, Any]) -> RecognisedWeights:
     return RecognisedWeights(
         path=path, format="libreyolo", state_dict=_checked_state_dict(path, content["model"], "its 'model'"),
         family=str(content["model_family"]), size=str(size), task=str(content["task"]), num_classes=int(nc),
-        names=name_map, input_size=int(imgsz),
+        names=name_map, input_size=_libreyolo_input_size(content, int(imgsz)),
     )
+
+
+def _libreyolo_input_size(content: Mapping[str, Any], imgsz: int) -> "ImageSize":
+    """LibreYOLO's input size: ``imgsz`` (the longer side), or the ``imgsz_h`` × ``imgsz_w`` rectangle it writes beside it."""
+    height, width = content.get("imgsz_h"), content.get("imgsz_w")
+    if all(isinstance(side, int) and not isinstance(side, bool) and side > 0 for side in (height, width)):
+        return imgsz if height == width == imgsz else (int(height), int(width))
+    return imgsz
 
 
 def recognise(path: str | Path) -> RecognisedWeights:
@@ -159,14 +137,16 @@ def recognise(path: str | Path) -> RecognisedWeights:
         return RecognisedWeights(path, "zoo" if meta else "state_dict", tensors, meta=meta)
     if suffix not in (".pt", ".pth"):
         raise CorruptWeightsError(f"{path}: unknown weights format {path.suffix!r}; use .safetensors, .pt or .pth")
-    content = _load_torch_file(path)
+    content = load_torch_file(path)
     if not isinstance(content, Mapping):
         raise CorruptWeightsError(
             f"{path} holds a {type(content).__name__}, not a state dict; save weights with torch.save(model.state_dict(), path)"
         )
     if isinstance(content.get("meta"), Mapping) and "model" in content:
         meta = ModelMeta.from_dict(content["meta"], path)
-        return RecognisedWeights(path, "zoo", _checked_state_dict(path, content["model"], "its 'model'"), meta=meta)
+        state_dict = _checked_state_dict(path, content["model"], "its 'model'")
+        verify_digest(path, state_dict, content["meta"].get(DIGEST_KEY))
+        return RecognisedWeights(path, "zoo", state_dict, meta=meta)
     if "schema_version" in content or "model_family" in content:
         return _libreyolo(path, content)
     if _tensor_dict(content):

@@ -7,9 +7,11 @@ against the registry's sha256 before they are moved into the cache.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 import urllib.error
 import urllib.request
@@ -22,16 +24,21 @@ from zoo_core.errors import (
     CorruptWeightsError,
     UnsafeWeightsError,
     WeightsDownloadError,
+    WeightsWriteError,
 )
+from zoo_core.registry import normalise_image_size
 
 if TYPE_CHECKING:
     import torch
+
+    from zoo_core.registry import ImageSize
 
 __all__ = [
     "ModelMeta",
     "save_safetensors",
     "read_safetensors",
     "read_checkpoint",
+    "load_torch_file",
     "read_weights",
     "atomic_torch_save",
     "atomic_write_bytes",
@@ -39,6 +46,9 @@ __all__ = [
     "torch_bytes",
     "download_weights",
     "sha256_of",
+    "weights_digest",
+    "verify_digest",
+    "DIGEST_KEY",
 ]
 
 _META_KEY = "zoo"
@@ -53,14 +63,17 @@ class ModelMeta:
     task: str
     num_classes: int
     names: dict[int, str] = field(default_factory=dict)
-    input_size: int = 0
+    input_size: "ImageSize" = 0  # an int (square), (height, width), or 0 when unknown
     zoo_version: str = ""
     options: dict[str, Any] = field(default_factory=dict)  # builder options, so the same graph is rebuilt
+    data: str = ""  # the dataset it was trained on: `zoo val best.pt` validates there by default
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (also what ``.pt`` checkpoints store under ``meta``)."""
         data = asdict(self)
         data["names"] = {int(key): str(value) for key, value in self.names.items()}
+        if not isinstance(self.input_size, int):
+            data["input_size"] = [int(side) for side in self.input_size]  # [height, width], as JSON writes it
         return data
 
     @classmethod
@@ -73,9 +86,10 @@ class ModelMeta:
                 task=str(data["task"]),
                 num_classes=int(data["num_classes"]),
                 names={int(key): str(value) for key, value in dict(data.get("names") or {}).items()},
-                input_size=int(data.get("input_size") or 0),
+                input_size=normalise_image_size(data.get("input_size") or 0, "input_size", minimum=0),
                 zoo_version=str(data.get("zoo_version") or ""),
                 options=dict(data.get("options") or {}),
+                data=str(data.get("data") or ""),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptWeightsError(f"{source}: the zoo metadata is incomplete or malformed ({error!r})") from None
@@ -101,6 +115,31 @@ def _unshared(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tens
     return result
 
 
+DIGEST_KEY = "weights_sha256"  # in the metadata: the digest of the tensors, checked on load
+
+
+def weights_digest(state_dict: Mapping[str, "torch.Tensor"]) -> str:
+    """sha256 over every tensor's name, dtype, shape and bytes, in name order: a flipped bit changes it."""
+    import torch
+
+    digest = hashlib.sha256()
+    for key in sorted(state_dict):
+        tensor = state_dict[key].detach().cpu().contiguous()
+        digest.update(f"{key}|{tensor.dtype}|{tuple(tensor.shape)}|".encode())
+        if tensor.numel():
+            digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def verify_digest(path: str | Path, state_dict: Mapping[str, "torch.Tensor"], expected: str | None) -> None:
+    """``CorruptWeightsError`` naming ``path`` if its tensors do not have the digest written with them."""
+    if expected and weights_digest(state_dict) != expected:
+        raise CorruptWeightsError(
+            f"{path}: the tensors do not match the checksum written with them, so the file was damaged or changed after "
+            "it was saved (a flipped bit, a partial copy). Re-download it or use another copy"
+        )
+
+
 def save_safetensors(path: str | Path, state_dict: Mapping[str, "torch.Tensor"], meta: ModelMeta) -> Path:
     """Write ``state_dict`` and ``meta`` to ``path`` atomically; returns the path."""
     from safetensors.torch import save_file
@@ -109,7 +148,9 @@ def save_safetensors(path: str | Path, state_dict: Mapping[str, "torch.Tensor"],
     handle, temporary = _atomic_target(path)
     os.close(handle)
     try:
-        save_file(_unshared(state_dict), str(temporary), metadata={_META_KEY: json.dumps(meta.to_dict())})
+        tensors = _unshared(state_dict)
+        header = {**meta.to_dict(), DIGEST_KEY: weights_digest(tensors)}
+        save_file(tensors, str(temporary), metadata={_META_KEY: json.dumps(header)})
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
@@ -136,10 +177,49 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, "torch.Tensor"], Model
     meta = None
     if _META_KEY in header:
         try:
-            meta = ModelMeta.from_dict(json.loads(header[_META_KEY]), path)
+            fields = json.loads(header[_META_KEY])
         except json.JSONDecodeError as error:
             raise CorruptWeightsError(f"{path}: the zoo metadata is not valid JSON ({error})") from None
+        if not isinstance(fields, Mapping):
+            raise CorruptWeightsError(f"{path}: the zoo metadata is not a JSON object")
+        meta = ModelMeta.from_dict(fields, path)
+        verify_digest(path, tensors, fields.get(DIGEST_KEY))
     return tensors, meta
+
+
+def load_torch_file(path: str | Path) -> Any:
+    """``torch.load(path, weights_only=True)``; every failure becomes a ``WeightsError`` naming the file.
+
+    Pickled classes are an ``UnsafeWeightsError`` naming the class; anything else that is not a
+    PyTorch file (text, random bytes, a truncated download) a ``CorruptWeightsError``.
+    """
+    import pickle
+
+    import torch
+
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        text = str(error)
+        # torch's weights-only unpickler names a refused class "Unsupported global: GLOBAL module.Class".
+        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        if refused:
+            raise UnsafeWeightsError(
+                f"{path} holds pickled Python objects ({refused.group(1)}), not a plain state dict, and zoo only "
+                "loads with torch.load(weights_only=True). If you trust the file, re-save its weights as a state "
+                "dict: torch.save(model.state_dict(), path), or as safetensors."
+            ) from None
+        operand = re.search(r"Unsupported operand [^\n]*", text)
+        why = operand.group(0) if operand else text.strip().splitlines()[0] if text.strip() else type(error).__name__
+        raise CorruptWeightsError(
+            f"{path} is not a PyTorch weights file ({why}); it may be damaged or another kind of file. Check the path, "
+            "or re-download it"
+        ) from None
+    except Exception as error:  # noqa: BLE001 - torch.load fails in many ways on bytes that are not its format
+        raise CorruptWeightsError(
+            f"{path} could not be read as a PyTorch file ({type(error).__name__}: {error}); it may be truncated, "
+            "damaged or another format. Re-download it, or re-save it."
+        ) from None
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelMeta | None, dict[str, Any]]:
@@ -149,25 +229,9 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelM
     state dict. A pickle of arbitrary objects is refused with ``UnsafeWeightsError``; anything
     else that is not a state dict is a ``CorruptWeightsError``.
     """
-    import pickle
-
     import torch
 
-    path = Path(path)
-    try:
-        content = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UnsafeWeightsError(
-            f"{path} holds pickled Python objects, not a plain state dict, and zoo only loads "
-            f"with torch.load(weights_only=True) ({first_line}). If you trust the file, re-save "
-            "its weights as a state dict: torch.save(model.state_dict(), path), or as safetensors."
-        ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as error:
-        raise CorruptWeightsError(
-            f"{path} could not be read as a PyTorch file ({type(error).__name__}: {error}); it may "
-            "be truncated. Re-download it, or re-save it."
-        ) from None
+    content = load_torch_file(path)
     if isinstance(content, Mapping) and isinstance(content.get("model"), Mapping):
         state_dict = dict(content["model"])
         meta_data = content.get("meta")
@@ -186,6 +250,8 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelM
             f"{path} is not a state dict: entries {bad[:3]} are not tensors; save weights with "
             "torch.save(model.state_dict(), path)"
         )
+    if isinstance(whole.get("meta"), Mapping):
+        verify_digest(path, state_dict, whole["meta"].get(DIGEST_KEY))
     return state_dict, meta, whole
 
 
@@ -200,16 +266,33 @@ def read_weights(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelMeta
     raise CorruptWeightsError(f"{path}: unknown weights format {path.suffix!r}; use .safetensors, .pt or .pth")
 
 
+def _write_error(path: Path, error: OSError) -> WeightsWriteError:
+    reason = error.strerror or str(error)
+    hint = " Free space there, or train with project= on another disk." if error.errno == errno.ENOSPC else ""
+    return WeightsWriteError(
+        f"could not write {path} ({reason}); the previous {path.name}, if any, is unchanged.{hint}"
+    )
+
+
 def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
-    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace``: a kill never leaves half a file."""
+    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace``: a kill never leaves half a file.
+
+    A failed write (a full disk) raises ``WeightsWriteError`` naming ``path``; the temp file is
+    removed and the file already at ``path`` is untouched.
+    """
     path = Path(path)
-    handle, temporary = _atomic_target(path)
+    try:
+        handle, temporary = _atomic_target(path)
+    except OSError as error:
+        raise _write_error(path, error) from error
     try:
         with os.fdopen(handle, "wb") as stream:
             stream.write(data)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
+    except OSError as error:
+        raise _write_error(path, error) from error
     finally:
         temporary.unlink(missing_ok=True)
     return path

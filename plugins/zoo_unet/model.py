@@ -23,9 +23,10 @@ from torch import nn
 
 from zoo_core.building import BuildRequest
 from zoo_core.errors import RegistryError
-from zoo_core.losses.segmentation import resize_logits, weighted_pixel_cross_entropy
+from zoo_core.losses.segmentation import weighted_pixel_cross_entropy
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.fcn_head import SEGMENTATION_BN_EPS, SEGMENTATION_BN_MOMENTUM, FCNHead
+from zoo_core.ops.resize import resize_logits
 
 __all__ = ["UNetConfig", "UNetEncoderDecoder", "UNetSegmenter", "build_unet"]
 

@@ -38,9 +38,15 @@ def dataset_root(yaml_path: Path, content: Mapping[str, Any]) -> Path:
     value = content.get("path")
     if value in (None, ""):
         return base
+    if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+        raise DatasetError(f"{yaml_path}: path must be a folder name, got {type(value).__name__} {value!r}")
     root = Path(str(value)).expanduser()
     root = root if root.is_absolute() else base / root
-    if not root.is_dir():
+    try:
+        is_folder = root.is_dir()
+    except OSError as error:  # a name too long for the file system, say
+        raise DatasetError(f"{yaml_path}: path {value!r} is not a usable folder name ({error.strerror})") from None
+    if not is_folder:
         raise DatasetError(f"{yaml_path}: path {value!r} resolves to {root}, which is not a folder")
     return root.resolve()
 
@@ -80,6 +86,9 @@ def parse_names(value: Any, where: str, count: Any = None) -> dict[int, str]:
         raise DatasetError(f"{where}: 'names' is required: a list of class names or a mapping {{0: name, ...}}")
     if not names:
         raise DatasetError(f"{where}: 'names' is empty; list at least one class")
-    if count is not None and int(count) != len(names):
-        raise DatasetError(f"{where}: nc={count} but names lists {len(names)} classes; make them agree (or drop nc)")
+    if count is not None:
+        if not isinstance(count, int) or isinstance(count, bool):
+            raise DatasetError(f"{where}: nc must be the number of classes, got {count!r}; drop it or give an integer")
+        if count != len(names):
+            raise DatasetError(f"{where}: nc={count} but names lists {len(names)} classes; make them agree (or drop nc)")
     return names

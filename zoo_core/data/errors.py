@@ -20,13 +20,17 @@ from pathlib import Path
 
 from zoo_core.errors import ZooError
 
-__all__ = ["DatasetError", "DatasetWarning", "ProblemReport", "MAX_REPORTED_PROBLEMS"]
+__all__ = ["DatasetError", "ImageDecodeError", "DatasetWarning", "ProblemReport", "MAX_REPORTED_PROBLEMS"]
 
 MAX_REPORTED_PROBLEMS = 30
 
 
 class DatasetError(ZooError, ValueError):
     """A dataset that cannot be used as given; the message names the path and the fix."""
+
+
+class ImageDecodeError(DatasetError):
+    """An image whose header reads but whose pixels do not decode (found only when it is loaded)."""
 
 
 class DatasetWarning(UserWarning):

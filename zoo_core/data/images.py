@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from zoo_core.data.errors import DatasetError, ProblemReport
+from zoo_core.data.errors import DatasetError, ImageDecodeError, ProblemReport
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = [
     "IMAGE_SUFFIXES",
+    "VIDEO_SUFFIXES",
     "SourceImage",
     "is_image_file",
     "images_in_directory",
@@ -24,10 +25,14 @@ __all__ = [
     "inspect_image",
     "usable_images",
     "read_image",
+    "iter_sources",
     "load_sources",
+    "video_frames",
 ]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+# Videos ``predict`` reads frame by frame with PyAV (``pip install av``, the ``video`` extra).
+VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
 _EXIF_ORIENTATION_TAG = 0x0112
 _TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 
@@ -136,7 +141,7 @@ def read_image(path: str | Path) -> "torch.Tensor":
     """The image at ``path`` as a uint8 RGB tensor ``3×H×W`` (EXIF orientation applied).
 
     Decoded with PIL (torchvision's decoders are deprecated from 0.29 on). Raises
-    ``DatasetError`` naming the file when it cannot be decoded.
+    ``ImageDecodeError`` (a ``DatasetError``) naming the file when it cannot be decoded.
     """
     import numpy as np
     import torch
@@ -150,7 +155,7 @@ def read_image(path: str | Path) -> "torch.Tensor":
                 pil_image = Image.fromarray((np.asarray(pil_image, dtype=np.float32) / 257.0).round().astype(np.uint8))
             array = np.array(pil_image.convert("RGB"))
     except Exception as error:  # PIL raises many types (OSError, SyntaxError, ValueError...) for bad files
-        raise DatasetError(f"{path}: cannot decode image ({type(error).__name__}: {error}); remove or replace the file") from error
+        raise ImageDecodeError(f"{path}: cannot decode image ({type(error).__name__}: {error}); remove or replace the file") from error
     return torch.from_numpy(array).permute(2, 0, 1).contiguous()
 
 
@@ -187,15 +192,24 @@ def _expand_source(item: Any, position: int) -> Iterable[SourceImage]:
     if isinstance(item, (str, Path)):
         path = Path(item).expanduser()
         if path.is_dir():
-            paths = images_in_directory(path, recursive=False)
+            paths = images_in_directory(path, recursive=True)  # class folders included
             if not paths:
-                raise DatasetError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) in this folder")
+                raise DatasetError(f"{path}: no images ({', '.join(IMAGE_SUFFIXES)}) in this folder or its sub-folders")
+        elif path.is_file() and path.suffix.lower() in VIDEO_SUFFIXES:
+            yield from video_frames(path)
+            return
         elif path.is_file():
             paths = [path]
         elif any(character in str(item) for character in "*?["):
             import glob
 
             paths = sorted(Path(candidate) for candidate in glob.glob(str(path), recursive=True) if is_image_file(Path(candidate)))
+            videos = sorted(Path(candidate) for candidate in glob.glob(str(path), recursive=True)
+                            if Path(candidate).suffix.lower() in VIDEO_SUFFIXES)
+            for video in videos:
+                yield from video_frames(video)
+            if videos and not paths:
+                return
             if not paths:
                 raise DatasetError(f"{item!r}: the pattern matches no image")
         else:
@@ -225,12 +239,45 @@ def _expand_source(item: Any, position: int) -> Iterable[SourceImage]:
     )
 
 
-def load_sources(source: Any) -> list[SourceImage]:
-    """Every image of a ``predict`` source: a path, folder, glob, PIL image, RGB array, tensor, or a list of them."""
+def video_frames(path: Path) -> Iterator[SourceImage]:
+    """The frames of a video file, decoded one at a time (a video is never held whole in memory).
+
+    Each frame is named ``<video stem>_<frame number, 6 digits>``; its ``path`` is the video's.
+    """
+    try:
+        import av
+    except ImportError:
+        raise DatasetError(
+            f"{path}: reading videos needs PyAV; install it with `pip install av` (or zoo's `video` extra)"
+        ) from None
+    import torch
+
+    try:
+        container = av.open(str(path))
+    except (av.FFmpegError, OSError) as error:
+        raise DatasetError(f"{path}: cannot open this video ({error}); is the file complete?") from None
+    with container:
+        for index, frame in enumerate(container.decode(video=0)):
+            pixels = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1).contiguous()
+            yield SourceImage(pixels, path, f"{path.stem}_{index:06d}")
+
+
+def iter_sources(source: Any) -> Iterator[SourceImage]:
+    """The images of a ``predict`` source one at a time, read as they are needed.
+
+    ``source``: a path (image, video, folder, glob), a PIL image, an RGB array, a tensor, or a
+    list of them. Raises ``DatasetError`` when the source holds no image.
+    """
     items = list(source) if isinstance(source, (list, tuple)) else [source]
-    images: list[SourceImage] = []
+    found = False
     for position, item in enumerate(items):
-        images.extend(_expand_source(item, position))
-    if not images:
-        raise DatasetError("predict got no image; give an image file, a folder, a PIL image or an array")
-    return images
+        for image in _expand_source(item, position):
+            found = True
+            yield image
+    if not found:
+        raise DatasetError("predict got no image; give an image file, a video, a folder, a PIL image or an array")
+
+
+def load_sources(source: Any) -> list[SourceImage]:
+    """Every image of a ``predict`` source (``iter_sources``), read now."""
+    return list(iter_sources(source))

@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from zoo_core.weights import atomic_link_or_copy, atomic_write_bytes, torch_bytes
+from zoo_core.weights import DIGEST_KEY, atomic_link_or_copy, atomic_write_bytes, torch_bytes, weights_digest
 
 __all__ = ["CheckpointWriter", "snapshot"]
 
@@ -49,6 +49,9 @@ class CheckpointWriter:
 
         def write() -> None:
             try:
+                if isinstance(checkpoint.get("meta"), dict) and isinstance(checkpoint.get("model"), dict):
+                    # A checksum of the deployable weights, checked whenever the file is loaded.
+                    checkpoint["meta"] = {**checkpoint["meta"], DIGEST_KEY: weights_digest(checkpoint["model"])}
                 atomic_write_bytes(torch_bytes(checkpoint), last)
                 for path in also:
                     atomic_link_or_copy(last, path)
@@ -58,11 +61,12 @@ class CheckpointWriter:
         self._thread = threading.Thread(target=write, name="zoo-checkpoint-writer", daemon=False)
         self._thread.start()
 
-    def wait(self) -> None:
-        """Block until the pending write is on disk; raise its error if it failed."""
+    def wait(self, *, raise_error: bool = True) -> None:
+        """Block until the pending write is on disk; raise its error if it failed (unless ``raise_error`` is False)."""
         if self._thread is not None:
             self._thread.join()
             self._thread = None
         if self._error is not None:
             error, self._error = self._error, None
-            raise error
+            if raise_error:
+                raise error

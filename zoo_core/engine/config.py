@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from zoo_core.engine.schedule import ScheduleName
 from zoo_core.errors import TrainConfigError
+from zoo_core.registry import ImageSize, normalise_image_size
 
 __all__ = ["TrainConfig", "RESUME_OVERRIDABLE"]
 
@@ -35,7 +36,7 @@ class TrainConfig(BaseModel):
     data: str = Field(description="dataset: a built-in name ('shapes'), a YAML file or a folder")
     epochs: int = Field(100, ge=1)
     batch: int = Field(16, description="global batch over all ranks; -1 measures what fits (autobatch)")
-    imgsz: int | None = Field(None, ge=16, description="square training size; default: the model's input size")
+    imgsz: ImageSize | None = Field(None, description="training size: an int (square) or (height, width); default: the model's input size")
     device: str | int | list[int | str] | None = Field(None, description="'0,1', [0, 1], 0, 'cuda:0', 'cpu', 'cpu,cpu', 'mps', 'auto'")
     workers: int = Field(2, ge=0, description="DataLoader worker processes per rank")
     project: str = "runs"
@@ -85,6 +86,9 @@ class TrainConfig(BaseModel):
     ddp_timeout: float = Field(10800.0, gt=0, description="process-group timeout in seconds (3 hours)")
     find_unused_parameters: bool = False
     cuda_graph: bool = False
+    freeze: int | list[str] | None = Field(
+        None, description="keep these parameters fixed: the first N top-level modules, or a list of name prefixes"
+    )
     profile: bool = False
 
     # augmentation (the task applies the ones that fit it)
@@ -108,6 +112,12 @@ class TrainConfig(BaseModel):
     @classmethod
     def _resume_path_to_text(cls, value: Any) -> Any:
         return str(value) if isinstance(value, Path) else value
+
+    @field_validator("imgsz", mode="before")
+    @classmethod
+    def _image_size(cls, value: Any) -> Any:
+        # (h, w) or [h, w] (a YAML/JSON list); at least 16 px a side, a square pair is its int
+        return None if value is None else normalise_image_size(value, "imgsz", minimum=16)
 
     @field_validator("batch")
     @classmethod

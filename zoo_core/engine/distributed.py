@@ -157,13 +157,17 @@ def init_distributed(device: "torch.device", timeout_seconds: float) -> Distribu
     backend = choose_backend(device)
     owns_group = False
     if world_size > 1 and not dist.is_initialized():
+        timeout = datetime.timedelta(seconds=timeout_seconds)
+        rendezvous = {"init_method": "env://"}
+        restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+        if restart is not None:
+            # After an elastic restart torch 2.14's agent still serves the store of the group that died,
+            # whose keys (the dead ranks' addresses) the new group would read: each attempt gets its own keys.
+            store, _, _ = next(dist.rendezvous("env://", rank, world_size, timeout=timeout))
+            rendezvous = {"store": dist.PrefixStore(f"zoo/attempt{restart}/", store)}
         dist.init_process_group(
-            backend=backend,
-            init_method="env://",
-            rank=rank,
-            world_size=world_size,
-            timeout=datetime.timedelta(seconds=timeout_seconds),
-            device_id=device if device.type == "cuda" else None,
+            backend=backend, rank=rank, world_size=world_size, timeout=timeout,
+            device_id=device if device.type == "cuda" else None, **rendezvous,
         )
         owns_group = True
     elif dist.is_initialized():

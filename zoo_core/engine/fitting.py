@@ -2,7 +2,8 @@
 
 ``fit`` decides how to run (docs/architecture.md, "The life of train(device=[0, 1])"):
 
-- torchrun variables present (E2): this process is one rank; no process is spawned;
+- torchrun variables present (E2): this process is one rank; no process is spawned. After an
+  elastic restart (``torchrun --max-restarts``) the run continues from its own last checkpoint;
 - several devices and no torchrun (E1): the run is prepared here once (data, input size,
   batch), then ``launcher.launch`` starts one worker per device; each worker rebuilds the
   plugin manager and the model from the ``ModelSpec`` and runs ``run_rank``, the same code path
@@ -36,7 +37,7 @@ from zoo_core.engine.launcher import (
     write_arguments,
 )
 from zoo_core.engine.rank import prepare_run, run_rank
-from zoo_core.engine.resume import config_for_resume, find_resume_checkpoint, spec_for_resume
+from zoo_core.engine.resume import config_for_resume, find_elastic_checkpoint, find_resume_checkpoint, spec_for_resume
 from zoo_core.engine.spec import FitOutcome, ModelSpec
 from zoo_core.errors import SpawnGuardError, SpawnNotSupportedError, WorkerFailedError
 
@@ -65,6 +66,11 @@ def fit(spec: ModelSpec, arguments: Mapping[str, Any], *, manager: "ZooPluginMan
         record_bootstrap_error(error)
         raise error
     recipe = manager.training_recipe(spec.family, spec.size)
+    if torchrun_environment() and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and not arguments.get("resume"):
+        # torchrun restarted the workers (--max-restarts): continue this invocation's run where it stopped.
+        restart_from = find_elastic_checkpoint(spec, arguments.get("project", "runs"))
+        if restart_from is not None:
+            arguments = {**arguments, "resume": str(restart_from)}
     resume_from = find_resume_checkpoint(spec, arguments.get("resume", False), arguments.get("project", "runs"))
     if resume_from is not None:
         config = config_for_resume(resume_from, dict(arguments))

@@ -10,7 +10,9 @@ whatever happens. The parent then watches:
   naming that rank, with its traceback (E14); zoo's own error types arrive as themselves;
 - a rendezvous port clash is retried on a fresh free port, unless the user chose the port (E15);
 - workers exit when the parent dies (E21), and a later launch sweeps the directories such a
-  parent left behind.
+  parent left behind;
+- Ctrl-C reaches the workers once, and the parent waits (bounded) for them to finish the
+  checkpoint they are writing before it stops them.
 
 Arguments cross the process boundary by pickling: ``pickle_arguments`` checks them before any
 process exists (E4), ``read_arguments`` turns an argument that cannot be re-created in a worker
@@ -55,6 +57,7 @@ __all__ = [
 
 PORT_ATTEMPTS = 3
 GRACE_SECONDS = 3.0  # how long the other workers get to exit on their own after a failure
+INTERRUPT_GRACE_SECONDS = 60.0  # how long workers get after Ctrl-C to finish the checkpoint being written
 WORKDIR_PREFIX = "zoo-spawn-"
 _SPAWNED_WORKER_MARKER = "ZOO_SPAWNED_WORKER"
 _ERROR_DIRECTORY_VARIABLE = "ZOO_SPAWN_ERROR_DIR"
@@ -289,6 +292,28 @@ def _run_workers(worker: Callable[[int, Path], None], plan: LaunchPlan, port: in
 
 
 def _wait(processes: list[Any], errors_dir: Path) -> _Failure | None:
+    try:
+        return _wait_for_exit(processes, errors_dir)
+    except KeyboardInterrupt:
+        _interrupt(processes)
+        raise
+
+
+def _interrupt(processes: list[Any]) -> None:
+    """Ctrl-C: pass the interrupt on and give the workers time to finish writing their checkpoint."""
+    for process in processes:
+        if process.is_alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGINT)
+    deadline = time.monotonic() + INTERRUPT_GRACE_SECONDS
+    try:
+        while time.monotonic() < deadline and any(process.is_alive() for process in processes):
+            time.sleep(0.05)
+    except KeyboardInterrupt:  # a second Ctrl-C: stop waiting
+        pass
+
+
+def _wait_for_exit(processes: list[Any], errors_dir: Path) -> _Failure | None:
     pending = {process.sentinel: rank for rank, process in enumerate(processes)}
     while pending:
         ready = multiprocessing.connection.wait(list(pending), timeout=1.0)
@@ -355,10 +380,24 @@ def _die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="zoo-parent-watchdog", daemon=True).start()
 
 
+def _interrupt_once() -> None:
+    """The first SIGINT interrupts the worker; later ones are ignored so its clean-up (the checkpoint write) ends.
+
+    A Ctrl-C in a terminal reaches the whole process group, and the parent forwards it as well.
+    """
+
+    def interrupt(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+
+
 def _worker_entry(local_rank: int, worker: Callable[[int, Path], None], workdir_text: str, world_size: int, port: int,
                   cpu_threads: int, parent_pid: int) -> None:
     """One spawned process: become rank ``local_rank`` (torchrun variables) and run ``worker``."""
     _die_with_parent(parent_pid)
+    _interrupt_once()
     workdir = Path(workdir_text)
     os.environ.update({
         "RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world_size),

@@ -9,6 +9,7 @@ fits the head to the dataset's classes and hands the loop to the ``Trainer``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from zoo_core.tasks.runner import check_image_size
 
 if TYPE_CHECKING:
     from zoo_core.plugin_manager import ZooPluginManager
+    from zoo_core.registry import ImageSize
 
 __all__ = ["PreparedRun", "prepare_run", "run_rank", "adapt_to_dataset"]
 
@@ -39,7 +41,7 @@ class PreparedRun:
     """What every rank of a run agrees on before training: data, input size, batch, accumulation."""
 
     data: DataSpec
-    image_size: int
+    image_size: "ImageSize"  # an int (square) or (height, width)
     batch: int  # global, over all ranks
     accumulate: int
 
@@ -52,7 +54,7 @@ def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe,
     future workers from a one-process ``context``.
     """
     data = context.compute_on_main(lambda: recipe.task.prepare(config.data))
-    image_size = check_image_size(config.imgsz or spec.input_size, recipe.input_size_multiple())
+    image_size = check_image_size(config.imgsz or spec.input_size, recipe.input_size_multiple(), spec.task)
     batch = config.batch
     if batch == -1:
         per_device = 0
@@ -109,7 +111,7 @@ def run_rank(spec: ModelSpec, config: TrainConfig, *, device: torch.device, mana
         trained_spec = trained_spec.replace(input_size=prepared.image_size, weights=None, source=None)
         sync_bn = config.sync_bn if config.sync_bn is not None else manager.default_sync_bn(spec.family)
         trainer = Trainer(
-            model=model, meta=trained_spec.meta(__version__), recipe=recipe, prepared_data=prepared.data, config=config,
+            model=model, meta=dataclasses.replace(trained_spec.meta(__version__), data=str(config.data)), recipe=recipe, prepared_data=prepared.data, config=config,
             context=context, batch=prepared.batch, accumulate=prepared.accumulate, image_size=prepared.image_size,
             sync_bn=sync_bn, checkpoint=checkpoint,
         )

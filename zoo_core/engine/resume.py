@@ -7,6 +7,8 @@ in the run's own directory with the same arguments; only where it runs may chang
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +17,14 @@ from zoo_core.engine.spec import ModelSpec
 from zoo_core.errors import ResumeError, ZooError
 from zoo_core.weights import ModelMeta, read_checkpoint
 
-__all__ = ["find_resume_checkpoint", "read_training_checkpoint", "config_for_resume", "spec_for_resume"]
+__all__ = [
+    "find_resume_checkpoint",
+    "read_training_checkpoint",
+    "config_for_resume",
+    "spec_for_resume",
+    "elastic_run_identity",
+    "find_elastic_checkpoint",
+]
 
 _TRUE = ("true", "True")
 
@@ -103,3 +112,39 @@ def spec_for_resume(path: Path, spec: ModelSpec) -> ModelSpec:
             f"LibreYOLO({str(path)!r}).train(resume=True), or pass the last.pt of a {spec.name} run"
         )
     return ModelSpec.from_meta(meta, source=path)
+
+
+def elastic_run_identity() -> str | None:
+    """Which torchrun invocation this process belongs to, the same after an elastic restart; None outside one.
+
+    torchrun's rendezvous id (``--rdzv-id``; a fresh uuid with ``--standalone``) when it has one,
+    else this node's elastic agent (host and process id), which survives the restart of its workers.
+    """
+    if "TORCHELASTIC_RESTART_COUNT" not in os.environ:
+        return None
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if run_id and run_id != "none":
+        return f"rdzv:{run_id}"
+    return f"agent:{socket.gethostname()}:{os.getppid()}"
+
+
+def find_elastic_checkpoint(spec: ModelSpec, project: str | Path = "runs") -> Path | None:
+    """After an elastic restart: the ``last.pt`` this torchrun invocation wrote before it restarted, if any.
+
+    Only checkpoints stamped with this invocation's ``elastic_run_identity`` count, so a restart
+    never resumes an older, unrelated run of the same model.
+    """
+    identity = elastic_run_identity()
+    if identity is None:
+        return None
+    import torch
+
+    candidates = sorted(Path(project).glob(f"{spec.task}/*/weights/last.pt"), key=lambda path: path.stat().st_mtime, reverse=True)
+    for candidate in candidates:
+        try:
+            stamp = torch.load(candidate, map_location="cpu", weights_only=True, mmap=True).get("elastic_run")
+        except Exception:  # noqa: BLE001 - an unreadable file is simply not this run's
+            continue
+        if stamp == identity:
+            return candidate
+    return None

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from zoo_core.engine.train_result import TrainResult
     from zoo_core.plugin_manager import ZooPluginManager
+    from zoo_core.registry import ImageSize
 
 __all__ = ["ModelSpec", "FitOutcome", "build_from_spec"]
 
@@ -38,7 +39,7 @@ class ModelSpec:
     task: str
     num_classes: int
     names: dict[int, str] = field(default_factory=dict)
-    input_size: int = 0
+    input_size: "ImageSize" = 0
     options: dict[str, Any] = field(default_factory=dict)
     weights: Path | None = None
     source: Path | None = None

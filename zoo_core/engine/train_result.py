@@ -22,12 +22,14 @@ class EpochReport:
     is_best: bool
     seconds: float
     run_dir: Path
+    val_losses: dict[str, float] = field(default_factory=dict)
 
     def row(self) -> dict[str, Any]:
         """Flat ``{column: value}`` for results.csv."""
         return {
             "epoch": self.epoch,
             **{f"train/{name}": value for name, value in self.losses.items()},
+            **{f"val/{name}": value for name, value in self.val_losses.items()},
             **{f"metrics/{name}": value for name, value in self.metrics.items()},
             "lr": self.learning_rate,
             "fitness": self.fitness if self.fitness is not None else "",

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import shutil
 import sys
 import time
 import warnings
@@ -24,18 +25,25 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
+from zoo_core.data.damaged import DAMAGED_KEY, CountDamaged, SkipDamagedImages
+from zoo_core.data.loader_workers import loader_start_method
 from zoo_core.engine.callbacks import CallbackList, make_loggers
 from zoo_core.engine.checkpoint import CheckpointWriter, snapshot
 from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.distributed import DistributedContext
 from zoo_core.engine.ema import ModelEMA
-from zoo_core.engine.plotting import plot_results
+from zoo_core.engine.progress import EpochProgress, validation_progress
 from zoo_core.engine.recipe import RunInfo, TrainingRecipe
+from zoo_core.engine.resume import elastic_run_identity
 from zoo_core.engine.schedule import LRSchedule
 from zoo_core.engine.seeding import loader_generator, loader_seed, seed_everything, seed_worker
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
 from zoo_core.engine.train_result import EpochReport, TrainResult
-from zoo_core.errors import TrainingDivergedError
+from zoo_core.engine.validation import shown_losses, validation_losses
+from zoo_core.errors import BatchSizeError, TrainingDivergedError
+from zoo_core.registry import ImageSize
+from zoo_core.reports.results_plot import plot_results
+from zoo_core.reports.validation_report import BATCHES_DRAWN, ValidationReport
 from zoo_core.run_dirs import next_run_dir
 from zoo_core.tasks.base import DataSpec
 from zoo_core.weights import ModelMeta
@@ -67,6 +75,7 @@ class Loaders:
     generator: torch.Generator
     val: DataLoader | None
     train_set: Any
+    base_set: Any  # the task's dataset itself (close_mosaic lives there)
 
 
 @dataclass
@@ -95,7 +104,7 @@ class Trainer:
     """
 
     def __init__(self, *, model: nn.Module, meta: ModelMeta, recipe: TrainingRecipe, prepared_data: DataSpec,
-                 config: TrainConfig, context: DistributedContext, batch: int, accumulate: int, image_size: int,
+                 config: TrainConfig, context: DistributedContext, batch: int, accumulate: int, image_size: ImageSize,
                  sync_bn: bool, checkpoint: dict[str, Any] | None = None) -> None:
         self.model = model
         self.meta = meta
@@ -118,6 +127,8 @@ class Trainer:
         self.optimizer_steps = 0
         self.augmentation_closed = False
         self.checkpoints = CheckpointWriter()
+        self.best_weights: dict[str, torch.Tensor] | None = None
+        self.first_epoch = 0
         self.run_dir = Path()
         self.callbacks = CallbackList([])
 
@@ -136,15 +147,18 @@ class Trainer:
         return Path(run_dir)
 
     def _placed_model(self) -> nn.Module:
-        """The model on this rank's device, with SyncBatchNorm where E8 asks for it."""
+        """The model on this rank's device, frozen where ``freeze`` says, with SyncBatchNorm where E8 asks for it."""
         config, context = self.config, self.context
         model = self.model.to(self.device)
+        if config.freeze is not None:
+            frozen = freeze_parameters(model, config.freeze)
+            console(context, config, f"freeze={config.freeze!r}: {frozen} parameter tensors stay fixed")
         if context.distributed and has_batchnorm(model):
             per_rank = self.batch // context.world_size
             if self.sync_bn:
                 model = convert_sync_batchnorm(model, self.device)
             elif per_rank < 16 and context.is_main:
-                warnings.warn(SMALL_BATCH_WARNING.format(per_rank=per_rank), stacklevel=3)
+                warnings.warn(SMALL_BATCH_WARNING.format(per_rank=per_rank), stacklevel=caller_stacklevel())
         if config.cuda_graph:
             if context.distributed:
                 console(context, config, "cuda_graph=True is not used under DDP; training eagerly")
@@ -152,35 +166,52 @@ class Trainer:
                 console(context, config, "cuda_graph=True needs a CUDA device; training eagerly")
         return model
 
+    def _check_batch_norm_batch(self, images_per_step: int, dataset_size: int) -> None:
+        """BatchNorm cannot train on one value per channel: refuse one image per rank before the first step."""
+        if images_per_step >= 2 or not has_batchnorm(self.model):
+            return
+        if self.sync_bn and self.context.distributed and images_per_step * self.context.world_size >= 2:
+            return  # SyncBatchNorm computes the statistics over the global batch
+        world = self.context.world_size
+        raise BatchSizeError(
+            f"each rank would train {self.meta.family}-{self.meta.size} on {images_per_step} image per step (global "
+            f"batch {self.batch} over {world} rank{'s' if world > 1 else ''}, {dataset_size} training images), but its "
+            f"BatchNorm layers need at least 2 images to train. Use a larger batch (at least {2 * world}), more "
+            "training images, or sync_bn=True to compute the statistics over all ranks."
+        )
+
     def _loaders(self) -> Loaders:
         from zoo_core.data.sampling import InferenceShardSampler
 
         config, context = self.config, self.context
         augment = self.recipe.augment_settings(config)
-        train_set = self.task.dataset(self.data, "train", self.image_size, augment)
+        base_set = self.task.dataset(self.data, "train", self.image_size, augment)
+        train_set: Any = base_set
         if config.fraction < 1:
             train_set = Subset(train_set, range(max(1, int(len(train_set) * config.fraction))))
+        train_set = SkipDamagedImages(train_set)
         # One sampler for every world size: ranks take interleaved slices of one shuffled order,
         # so N ranks at batch B/N see exactly the images one process sees at batch B (E6).
         sampler = DistributedSampler(train_set, num_replicas=context.world_size, rank=context.rank, shuffle=True, seed=config.seed)
         generator = loader_generator(config.seed, context.rank, 0)
         loader_options = dict(
             num_workers=config.workers, collate_fn=self.task.collate, pin_memory=self.device.type == "cuda",
-            worker_init_fn=seed_worker, multiprocessing_context=_loader_start_method(config.workers),
+            worker_init_fn=seed_worker, multiprocessing_context=loader_start_method(config.workers),
         )
         per_rank_batch = self.batch // context.world_size
         # A last batch of one image breaks BatchNorm in training: drop the incomplete batch whenever a
         # full one exists (the sampler reshuffles every epoch, so every image is still used).
         drop_last = len(sampler) >= per_rank_batch
         train_loader = DataLoader(train_set, batch_size=per_rank_batch, sampler=sampler, generator=generator,
-                                  drop_last=drop_last, **loader_options)
+                                  drop_last=drop_last, **{**loader_options, "collate_fn": CountDamaged(self.task.collate)})
         val_loader = None
         if config.val:
             val_set = self.task.dataset(self.data, "val", self.image_size, None)
             val_loader = DataLoader(val_set, batch_size=max(per_rank_batch, 1) * 2,
                                     sampler=InferenceShardSampler(len(val_set), context.rank, context.world_size),
                                     **loader_options)
-        return Loaders(train_loader, sampler, generator, val_loader, train_set)
+        self._check_batch_norm_batch(min(per_rank_batch, len(sampler)), len(train_set))
+        return Loaders(train_loader, sampler, generator, val_loader, train_set, base_set)
 
     def _optimisation(self, model: nn.Module, iterations_per_epoch: int) -> Optimisation:
         config, context, recipe = self.config, self.context, self.recipe
@@ -221,20 +252,34 @@ class Trainer:
 
     # ----------------------------------------------------------------- loop
     def fit(self) -> TrainResult:
-        """Train for ``config.epochs`` (or until a stop decision) and return the result on every rank."""
+        """Train for ``config.epochs`` (or until a stop decision) and return the result on every rank.
+
+        A run that fails before its first checkpoint removes the run directory it created.
+        """
+        self.run_dir = self._run_directory()
+        fresh_directory = self.checkpoint is None and not self.config.exist_ok
+        try:
+            return self._fit()
+        except BaseException:
+            if self.context.is_main and fresh_directory and not any((self.run_dir / "weights").glob("*.pt")):
+                shutil.rmtree(self.run_dir, ignore_errors=True)  # nothing worth keeping: no checkpoint was written
+            raise
+
+    def _fit(self) -> TrainResult:
         config, context = self.config, self.context
         started = time.monotonic()
-        self.run_dir = self._run_directory()
         weights_dir = self.run_dir / "weights"
         model = self._placed_model()
         loaders = self._loaders()
         iterations_per_epoch = len(loaders.train)
         state = self._optimisation(model, iterations_per_epoch)
-        start_epoch = self._restore(state)
+        start_epoch = self.first_epoch = self._restore(state)
         self.callbacks = CallbackList([*make_loggers(config.loggers), *config.callbacks] if context.is_main else [])
         if context.is_main:
             (self.run_dir / "args.yaml").write_text(_as_yaml(config.for_checkpoint()), encoding="utf-8")
             self.callbacks.fire("on_train_start", self.run_dir, config.for_checkpoint())
+            if config.plots and start_epoch == 0:
+                self.task.plot_training_set(loaders.base_set, self.run_dir)
         group = state.optimizer.param_groups[0]
         console(
             context, config,
@@ -246,32 +291,64 @@ class Trainer:
         profile_steps = self._profiler_steps()
         stopped_early = False
         epoch = start_epoch - 1
-        for epoch in range(start_epoch, config.epochs):
-            epoch_started = time.monotonic()
-            run = self._run_info(epoch, iterations_per_epoch)
-            self._start_epoch(loaders, model, run)
-            state.wrapped.train()
-            loss_sums, batches_seen = self._train_epoch(state, loaders.train, epoch, profile_steps)
-            profile_steps = 0
-            totals = context.all_reduce_sum([batches_seen, *loss_sums.values()])
-            losses = {name: value / max(totals[0], 1) for name, value in zip(loss_sums, totals[1:])}
-            metrics: dict[str, float] = {}
-            if loaders.val is not None:
-                evaluated = state.evaluated
-                evaluated.eval()
-                metrics = self.task.validate(evaluated, loaders.val, self.device, self.meta.names)
-            self.last_metrics = metrics
-            if self._end_epoch(state, epoch, losses, metrics, seconds=time.monotonic() - epoch_started, started=started):
-                stopped_early = epoch + 1 < config.epochs
-                break
-        self.checkpoints.wait()
+        try:
+            for epoch in range(start_epoch, config.epochs):
+                epoch_started = time.monotonic()
+                run = self._run_info(epoch, iterations_per_epoch)
+                self._start_epoch(loaders, model, run)
+                state.wrapped.train()
+                loss_sums, batches_seen, damaged = self._train_epoch(state, loaders.train, epoch, profile_steps)
+                profile_steps = 0
+                totals = context.all_reduce_sum([batches_seen, damaged, *loss_sums.values()])
+                losses = {name: value / max(totals[0], 1) for name, value in zip(loss_sums, totals[2:])}
+                metrics: dict[str, float] = {}
+                val_losses: dict[str, float] = {}
+                if loaders.val is not None:
+                    evaluated = state.evaluated
+                    evaluated.eval()
+                    batches = validation_progress(loaders.val, enabled=context.is_main and config.verbose)
+                    metrics = self.task.validate(evaluated, batches, self.device, self.meta.names)
+                    val_losses = self._validation_losses(evaluated, loaders.val, list(losses))
+                self.last_metrics = metrics
+                if self._end_epoch(state, epoch, losses, metrics, seconds=time.monotonic() - epoch_started,
+                                   started=started, damaged=int(totals[1]), val_losses=val_losses):
+                    stopped_early = epoch + 1 < config.epochs
+                    break
+        finally:
+            # Also on an interrupt or a failure: the last reported epoch's checkpoint reaches the disk.
+            self.checkpoints.wait(raise_error=sys.exc_info()[0] is None)
         result = self._result(epoch + 1, stopped_early, weights_dir)
+        if config.plots and loaders.val is not None and result.best_epoch is not None:
+            self._report_best(state, loaders, result)
         if context.is_main:
             if config.plots:
                 plot_results(self.run_dir / "results.csv")
             self.callbacks.fire("on_train_end", result)
             console(context, config, f"{'stopped early' if stopped_early else 'done'}: {_format_metrics(result.metrics)} -> {self.run_dir}")
         return result
+
+    def _validation_losses(self, model: nn.Module, loader: DataLoader, names: list[str]) -> dict[str, float]:
+        """The epoch's training losses measured on the validation set (averaged over all ranks' batches)."""
+        totals = self.context.all_reduce_sum(validation_losses(model, loader, self.recipe, self.device, names))
+        batches = totals[-1]
+        return {name: value / batches for name, value in zip(names, totals)} if batches else {}
+
+    def _report_best(self, state: Optimisation, loaders: Loaders, result: TrainResult) -> None:
+        """Validate ``best.pt`` once more, drawing its report (confusion matrix, curves, batches) into the run directory."""
+        model = state.evaluated
+        model.load_state_dict(self.shared_best_weights(result))
+        model.eval()
+        report = ValidationReport(self.run_dir, write=self.context.is_main)
+        batches = validation_progress(loaders.val, enabled=self.context.is_main and self.config.verbose)
+        self.task.validate(model, batches, self.device, self.meta.names, report=report)
+
+    def _draw_training_batch(self, batch: dict[str, Any], index: int) -> None:
+        """``train_batch<index>.jpg``: what the model is fed after augmentation (rank 0, first epoch, first batches)."""
+        from zoo_core.reports.drawing import save_image
+
+        drawn = self.task.draw_batch(batch, self.meta.names)
+        if drawn is not None:
+            save_image(drawn, self.run_dir / f"train_batch{index}.jpg")
 
     def _run_info(self, epoch: int, iterations_per_epoch: int) -> RunInfo:
         return RunInfo(epoch, self.config.epochs, iterations_per_epoch, self.context.rank, self.context.world_size)
@@ -281,8 +358,7 @@ class Trainer:
         config, context = self.config, self.context
         if not self.augmentation_closed and run.epoch >= config.epochs - config.close_mosaic:  # also when resumed past it
             self.augmentation_closed = True
-            dataset = getattr(loaders.train_set, "dataset", loaders.train_set)
-            close_mosaic = getattr(dataset, "close_mosaic", None)
+            close_mosaic = getattr(loaders.base_set, "close_mosaic", None)
             if callable(close_mosaic):
                 close_mosaic()
             self.recipe.on_augmentation_closed(model, run)
@@ -300,20 +376,25 @@ class Trainer:
             return 0
         return 10
 
-    def _train_epoch(self, state: Optimisation, loader: DataLoader, epoch: int, profile_steps: int) -> tuple[dict[str, float], int]:
-        """One pass over ``loader``: the per-step loop with accumulation, clipping, AMP and EMA."""
-        from tqdm import tqdm
+    def _train_epoch(self, state: Optimisation, loader: DataLoader, epoch: int, profile_steps: int) -> tuple[dict[str, float], int, int]:
+        """One pass over ``loader``: the per-step loop with accumulation, clipping, AMP and EMA.
 
+        Returns the summed loss items, the batches seen and the damaged images skipped.
+        """
         config, context = self.config, self.context
         batches = len(loader)
         loss_sums: dict[str, torch.Tensor] = {}
         profiler = self._start_profiler(profile_steps)
-        progress = tqdm(loader, total=batches, desc=f"epoch {epoch + 1}/{config.epochs}", leave=False,
-                        disable=not (context.is_main and config.verbose), dynamic_ncols=True)
+        progress = EpochProgress(loader, description=f"epoch {epoch + 1}/{config.epochs}",
+                                 enabled=context.is_main and config.verbose, batch_size=self.batch // context.world_size)
         state.optimizer.zero_grad(set_to_none=True)
-        seen = 0
+        seen = damaged = 0
+        draw_batches = context.is_main and config.plots and epoch == self.first_epoch
         for index, batch in enumerate(progress):
             state.schedule.apply(state.optimizer, index + batches * epoch)
+            damaged += len(batch.pop(DAMAGED_KEY, ()))
+            if draw_batches and index < BATCHES_DRAWN:
+                self._draw_training_batch(batch, index)
             batch = self.task.preprocess(batch, self.device)
             group_start = (index // self.accumulate) * self.accumulate
             group_size = min(self.accumulate, batches - group_start)
@@ -328,10 +409,9 @@ class Trainer:
             if step_now:
                 self._step(state)
             seen += 1
-            for name, value in {"loss": loss, **items}.items():
-                loss_sums[name] = loss_sums.get(name, 0) + value.detach().float()
-            if context.is_main and config.verbose and index % 10 == 0:  # .item() syncs the device: not every step
-                progress.set_postfix(loss=f"{float(loss.detach()):.4f}", refresh=False)
+            for name, value in shown_losses(loss, items).items():
+                loss_sums[name] = loss_sums.get(name, 0) + value
+            progress.update(index, loss_sums, seen, state.optimizer.param_groups[0]["lr"])
             if profiler is not None:
                 profiler.step()
                 if index + 1 >= profile_steps:
@@ -340,7 +420,7 @@ class Trainer:
         if profiler is not None:
             self._stop_profiler(profiler)
         progress.close()
-        return {name: float(value) for name, value in loss_sums.items()}, seen
+        return {name: float(value) for name, value in loss_sums.items()}, seen, damaged
 
     def _step(self, state: Optimisation) -> None:
         """Unscale, clip, step, update the EMA and tell the step listeners."""
@@ -375,19 +455,25 @@ class Trainer:
 
     # ----------------------------------------------------------------- end of epoch
     def _end_epoch(self, state: Optimisation, epoch: int, losses: dict[str, float], metrics: dict[str, float], *,
-                   seconds: float, started: float) -> bool:
-        """Rank 0 saves and reports; every rank then receives rank 0's stop decision (E19)."""
+                   seconds: float, started: float, damaged: int = 0, val_losses: dict[str, float] | None = None) -> bool:
+        """Rank 0 saves and reports; every rank then receives rank 0's stop decision (E19).
+
+        A diverged epoch (non-finite losses or weights) writes nothing: the last finite
+        ``last.pt`` and ``best.pt`` stay as they are.
+        """
         config, context = self.config, self.context
         weights_dir = self.run_dir / "weights"
         decision = 0
-        if context.is_main:
+        if context.is_main and self._diverged(losses, state):
+            decision = _STOP_DIVERGED
+        elif context.is_main:
             fitness = metrics.get(self.task.fitness_metric) if metrics else None
             # Strictly better only: a plateau counts towards patience, and best.pt keeps the first best epoch.
             is_best = fitness is not None and (self.best_fitness is None or fitness > self.best_fitness)
             if is_best:
                 self.best_fitness, self.best_epoch, self.best_metrics = fitness, epoch + 1, dict(metrics)
             report = EpochReport(
-                epoch=epoch + 1, epochs=config.epochs, losses=losses, metrics=metrics,
+                epoch=epoch + 1, epochs=config.epochs, losses=losses, val_losses=val_losses or {}, metrics=metrics,
                 learning_rate=state.optimizer.param_groups[0]["lr"], fitness=fitness, is_best=is_best,
                 seconds=seconds, run_dir=self.run_dir,
             )
@@ -400,21 +486,37 @@ class Trainer:
             console(
                 context, config,
                 f"epoch {epoch + 1}/{config.epochs}  " + "  ".join(f"{name} {value:.4f}" for name, value in losses.items())
-                + (f"  {_format_metrics(metrics)}" if metrics else "") + f"  {report.seconds:.1f}s",
+                + (f"  {_format_metrics(metrics)}" if metrics else "") + f"  {report.seconds:.1f}s"
+                + (f"  (skipped {damaged} damaged image{'s' if damaged != 1 else ''})" if damaged else ""),
             )
-            decision = self._stop_reason(epoch, losses, started)
+            decision = self._stop_reason(epoch, started)
         decision = context.broadcast_int(decision)
         if decision == _STOP_DIVERGED:
+            self.checkpoints.wait(raise_error=False)
+            last = weights_dir / "last.pt"
+            if last.is_file():
+                # Every rank raises this error and only rank 0 keeps the history: the checkpoint
+                # on disk is the one of the epoch before this one on every rank.
+                finite = (f"The last finite weights are in {last} (epoch {epoch}): start a new run from "
+                          f"them with a lower lr0, LibreYOLO({str(last)!r}).train(..., lr0=...).")
+            else:
+                finite = "No earlier epoch finished, so there is no checkpoint to start from."
             raise TrainingDivergedError(
-                f"the training loss became NaN or infinite in epoch {epoch + 1}; lower lr0, check the data, "
-                f"or resume from the last good checkpoint ({weights_dir / 'last.pt'})"
+                f"training diverged in epoch {epoch + 1}: the loss or the weights became NaN or infinite, so this epoch "
+                f"wrote no checkpoint. Lower lr0, keep max_grad_norm set, or check the data. {finite}"
             )
         return decision != 0
 
-    def _stop_reason(self, epoch: int, losses: dict[str, float], started: float) -> int:
-        config = self.config
+    def _diverged(self, losses: dict[str, float], state: Optimisation) -> bool:
+        """Whether the epoch's losses or the weights (and their average) hold a NaN or an infinity."""
         if any(not math.isfinite(value) for value in losses.values()):
-            return _STOP_DIVERGED
+            return True
+        modules = [state.model] + ([state.ema.module] if state.ema is not None else [])
+        tensors = [tensor for module in modules for tensor in module.state_dict().values() if tensor.is_floating_point()]
+        return bool(tensors) and not bool(torch.stack([tensor.isfinite().all() for tensor in tensors]).all())
+
+    def _stop_reason(self, epoch: int, started: float) -> int:
+        config = self.config
         if config.patience and self.best_epoch is not None and epoch + 1 - self.best_epoch >= config.patience:
             console(self.context, config, f"early stopping: no improvement in {config.patience} epochs (best epoch {self.best_epoch})")
             return _STOP_EARLY
@@ -446,6 +548,8 @@ class Trainer:
             "accumulate": self.accumulate,
             "optimizer_steps": self.optimizer_steps,
             "world_size": self.context.world_size,
+            # Which torchrun invocation wrote this, so an elastic restart finds its own run (resume.py).
+            "elastic_run": elastic_run_identity(),
         }
 
     def _result(self, epochs_completed: int, stopped_early: bool, weights_dir: Path) -> TrainResult:
@@ -460,22 +564,56 @@ class Trainer:
         return self.context.broadcast_object(result)
 
     def shared_best_weights(self, result: TrainResult) -> dict[str, torch.Tensor]:
-        """Rank 0's best weights on every rank (read from disk where it is visible, else sent)."""
-        context = self.context
-        readable = context.all_reduce_sum([1.0 if result.best.is_file() else 0.0])[0]
-        if readable == context.world_size:
-            return torch.load(result.best, map_location="cpu", weights_only=True)["model"]
-        weights = torch.load(result.best, map_location="cpu", weights_only=True)["model"] if context.is_main else None
-        return context.broadcast_object(weights)
+        """Rank 0's best weights on every rank (read from disk where it is visible, else sent); read once."""
+        if self.best_weights is None:
+            context = self.context
+            readable = context.all_reduce_sum([1.0 if result.best.is_file() else 0.0])[0]
+            if readable == context.world_size:
+                self.best_weights = torch.load(result.best, map_location="cpu", weights_only=True)["model"]
+            else:
+                weights = torch.load(result.best, map_location="cpu", weights_only=True)["model"] if context.is_main else None
+                self.best_weights = context.broadcast_object(weights)
+        return self.best_weights
 
 
-def _loader_start_method(workers: int) -> str | None:
-    """Fork loader workers on Linux, as torchrun ranks do by default.
+def freeze_parameters(model: nn.Module, freeze: int | list[str]) -> int:
+    """Stop gradients for the first ``freeze`` top-level modules, or for parameters named with a prefix in ``freeze``.
 
-    A process started with the spawn method (our DDP workers) inherits "spawn" as its default, and
-    spawned loader workers re-import torch and the user's script: seconds per epoch.
+    Returns how many parameter tensors were frozen; a prefix that matches nothing is a
+    ``TrainConfigError`` listing the top-level module names.
     """
-    return "fork" if workers > 0 and sys.platform.startswith("linux") else None
+    from zoo_core.errors import TrainConfigError
+
+    children = [name for name, _ in model.named_children()]
+    if isinstance(freeze, int):
+        if not 0 <= freeze <= len(children):
+            raise TrainConfigError(f"freeze={freeze}: the model has {len(children)} top-level modules ({', '.join(children)})")
+        prefixes = [f"{name}." for name in children[:freeze]]
+    else:
+        prefixes = [prefix if prefix.endswith(".") else f"{prefix}." for prefix in freeze]
+    frozen = 0
+    matched: set[str] = set()
+    for name, parameter in model.named_parameters():
+        hit = next((prefix for prefix in prefixes if f"{name}.".startswith(prefix)), None)
+        if hit is not None:
+            parameter.requires_grad_(False)
+            matched.add(hit)
+            frozen += 1
+    missing = [prefix.rstrip(".") for prefix in prefixes if prefix not in matched]
+    if missing:
+        raise TrainConfigError(f"freeze names {missing} match no parameter; the top-level modules are {', '.join(children)}")
+    return frozen
+
+
+def caller_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning point at the first frame outside zoo: the user's call."""
+    import inspect
+
+    package = str(Path(__file__).resolve().parents[1])
+    for level, frame in enumerate(inspect.stack()[1:], start=1):
+        if not str(Path(frame.filename).resolve()).startswith(package):
+            return level
+    return 2
 
 
 def _detached_state(model: nn.Module) -> dict[str, torch.Tensor]:

@@ -14,14 +14,9 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
-__all__ = ["resize_logits", "pixel_cross_entropy", "weighted_pixel_cross_entropy"]
+from zoo_core.ops.resize import resize_logits
 
-
-def resize_logits(logits: torch.Tensor, size: tuple[int, int] | torch.Size) -> torch.Tensor:
-    """``logits`` (N×C×h×w) bilinearly resized to ``size`` (align_corners=False); unchanged if already that size."""
-    if tuple(logits.shape[-2:]) == tuple(size):
-        return logits
-    return F.interpolate(logits, size=tuple(size), mode="bilinear", align_corners=False)
+__all__ = ["pixel_cross_entropy", "weighted_pixel_cross_entropy"]
 
 
 def pixel_cross_entropy(logits: torch.Tensor, masks: torch.Tensor, ignore_index: int) -> torch.Tensor:

@@ -1,1 +1,1 @@
-"""Tensor operations shared by detection families: box arithmetic (``boxes``) and NMS (``nms``)."""
+"""Tensor operations shared by families: box arithmetic (``boxes``), NMS (``nms``), resizing dense logits (``resize``) and sliding-window inference (``sliding_window``)."""

@@ -15,6 +15,7 @@ __all__ = ["TASK_CLASSES", "get_task"]
 
 TASK_CLASSES = {
     "detect": "zoo_core.tasks.detect:DetectTask",
+    "points": "zoo_core.tasks.points:PointsTask",
     "classify": "zoo_core.tasks.classify:ClassifyTask",
     "semantic": "zoo_core.tasks.semantic:SemanticTask",
     "restore": "zoo_core.tasks.restore:RestoreTask",
@@ -22,7 +23,7 @@ TASK_CLASSES = {
 
 
 def get_task(name: str) -> "Task":
-    """A fresh ``Task`` instance for ``name`` (``detect``, ``classify``, ``semantic``, ``restore``)."""
+    """A fresh ``Task`` instance for ``name`` (``detect``, ``points``, ``classify``, ``semantic``, ``restore``)."""
     try:
         reference = TASK_CLASSES[name]
     except KeyError:

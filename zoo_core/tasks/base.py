@@ -35,6 +35,11 @@ Model contract (what ``build_model`` must return, per task):
   ``labels`` (n, int64).
 - semantic: in eval mode ``model(images)`` returns logits N×C×H×W at the input resolution.
 - restore: ``model(images)`` returns the restored images N×3×H×W (same size as the input).
+
+Optional, for every task: ``published_parameter_count()`` when the published figure counts
+another form than the trainable graph (re-parameterised branches merged, training-only auxiliary
+heads left out; it must work on the meta device), and ``minimum_input_size`` (an int) when the
+model needs more than 64 pixels (a DETR with 300 queries needs 300 encoder positions).
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ if TYPE_CHECKING:
     from torch.utils.data import Dataset
 
     from zoo_core.data.images import SourceImage
+    from zoo_core.reports.validation_report import ValidationReport
     from zoo_core.tasks.predictions import Result
 
 __all__ = ["DataSpec", "AugmentSettings", "Task", "ModelContractError", "move_to_device", "unwrap_model"]
@@ -174,13 +180,34 @@ class Task(abc.ABC):
         return self.default_loss(outputs, batch)
 
     @abc.abstractmethod
-    def validate(self, model: "torch.nn.Module", loader: Any, device: "torch.device", names: Mapping[int, str]) -> dict[str, float]:
+    def validate(
+        self,
+        model: "torch.nn.Module",
+        loader: Any,
+        device: "torch.device",
+        names: Mapping[int, str],
+        report: "ValidationReport | None" = None,
+    ) -> dict[str, float]:
         """Run ``model`` (already in eval mode) over ``loader`` and return the task's metrics.
 
         Under DDP every rank calls this with its own shard of the validation set; the metrics
         are synchronised across ranks, so every rank returns the numbers one process would
         compute over the whole set. The result includes ``fitness_metric``.
+
+        With a ``report``, the task also draws its first batches (``val_batch<i>_labels.jpg``
+        and ``val_batch<i>_pred.jpg``) and its charts (``zoo_core/reports``) into it.
         """
+
+    def draw_batch(self, batch: Mapping[str, Any], names: Mapping[int, str]) -> "torch.Tensor | None":
+        """A collated training batch (before ``preprocess``) drawn as one uint8 ``3×H×W`` grid with its labels.
+
+        The engine saves the first batches as ``train_batch<i>.jpg``; ``None`` (the default) draws nothing.
+        """
+        return None
+
+    def plot_training_set(self, dataset: "Dataset", folder: Path) -> list[Path]:
+        """Charts of the training set written before training starts (detection: ``labels.jpg``); default none."""
+        return []
 
     @abc.abstractmethod
     def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:

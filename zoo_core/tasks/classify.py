@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     import torch
 
     from zoo_core.data.images import SourceImage
+    from zoo_core.reports.validation_report import ValidationReport
     from zoo_core.tasks.predictions import ClassificationResult
 
 __all__ = ["ClassifyTask", "IMAGE_SUFFIXES", "IMAGENET_MEAN", "IMAGENET_STD", "ClassFolderDataset"]
@@ -92,6 +93,11 @@ class ClassifyTask(Task):
         classes = _class_folders(root / "train")
         if not classes:
             raise DatasetError(f"{root / 'train'}: no class folders; put each class's images in train/<class name>/")
+        if len(classes) < 2:
+            raise DatasetError(
+                f"{root / 'train'}: only one class folder ({classes[0]!r}); a classifier needs at least two classes to "
+                "learn anything. Add a folder per class (train/<class name>/), e.g. a 'background' class"
+            )
         test = root / "test" if (root / "test").is_dir() else None
         return DataSpec(task=self.name, root=root, names=dict(enumerate(classes)), train=root / "train", val=root / "val", test=test)
 
@@ -133,20 +139,54 @@ class ClassifyTask(Task):
         loss = F.cross_entropy(outputs, batch["labels"])
         return loss, {"cls": loss.detach()}
 
-    def validate(self, model: "torch.nn.Module", loader: Any, device: "torch.device", names: Mapping[int, str]) -> dict[str, float]:
+    def validate(
+        self, model: "torch.nn.Module", loader: Any, device: "torch.device", names: Mapping[int, str],
+        report: "ValidationReport | None" = None,
+    ) -> dict[str, float]:
         import torch
-        from torchmetrics.classification import MulticlassAccuracy
+        from torchmetrics.classification import MulticlassAccuracy, MulticlassConfusionMatrix
 
         num_classes = len(names)
         top1 = MulticlassAccuracy(num_classes=num_classes, top_k=1, average="micro").to(device)
         top5 = MulticlassAccuracy(num_classes=num_classes, top_k=min(5, num_classes), average="micro").to(device)
+        confusion = MulticlassConfusionMatrix(num_classes=num_classes).to(device) if report is not None else None
         with torch.inference_mode():
-            for batch in loader:
+            for batch_index, batch in enumerate(loader):
+                images = batch["images"]
                 batch = self.preprocess(batch, device)
                 logits = model(batch["images"])
                 top1.update(logits, batch["labels"])
                 top5.update(logits, batch["labels"])
+                if confusion is not None:
+                    confusion.update(logits, batch["labels"])
+                if report is not None and report.draws_batch(batch_index):
+                    self._draw_validation_batch(report, batch_index, images, batch["labels"], logits, names)
+        if report is not None and confusion is not None:
+            from zoo_core.reports.confusion import plot_confusion_matrix
+
+            matrix = confusion.compute().T  # torchmetrics counts [true, predicted]; the drawing takes [predicted, true]
+            report.charts(lambda folder: plot_confusion_matrix(matrix, names, folder), confusion_matrix=matrix)
         return {"top1": float(top1.compute()), "top5": float(top5.compute())}
+
+    @staticmethod
+    def _draw_validation_batch(
+        report: "ValidationReport", index: int, images: "torch.Tensor", labels: "torch.Tensor", logits: "torch.Tensor",
+        names: Mapping[int, str],
+    ) -> None:
+        """``val_batch<index>_labels.jpg`` (true class) and ``_pred.jpg`` (top-5 classes with probabilities)."""
+        from zoo_core.reports.drawing import draw_captioned_batch
+
+        report.image(f"val_batch{index}_labels.jpg", draw_captioned_batch(images, [[str(names.get(int(label), label))] for label in labels.tolist()]))
+        probabilities = logits.float().softmax(dim=1).cpu()
+        top = probabilities.topk(min(5, probabilities.shape[1]), dim=1)
+        captions = [[f"{names.get(int(label), label)} {float(value):.2f}" for value, label in zip(values, classes)]
+                    for values, classes in zip(top.values, top.indices)]
+        report.image(f"val_batch{index}_pred.jpg", draw_captioned_batch(images, captions))
+
+    def draw_batch(self, batch: Mapping[str, Any], names: Mapping[int, str]) -> "torch.Tensor":
+        from zoo_core.reports.drawing import draw_captioned_batch
+
+        return draw_captioned_batch(batch["images"], [[str(names.get(int(label), label))] for label in batch["labels"].tolist()])
 
     def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
         import torch

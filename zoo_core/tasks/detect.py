@@ -41,12 +41,13 @@ from zoo_core.data.dataset_yaml import YAML_SUFFIXES
 from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import read_image
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
-from zoo_core.data.yolo_format import DetectionRecord, index_detection_split, read_detection_yaml
+from zoo_core.data.yolo_format import DetectionRecord, index_detection_split, label_path_for, read_detection_yaml
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device, unwrap_model
 from zoo_core.tasks.predictions import DetectionResult
 
 if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage
+    from zoo_core.reports.validation_report import ValidationReport
 
 __all__ = ["DetectTask", "DetectionDataset", "detection_fitness"]
 
@@ -203,6 +204,13 @@ class DetectTask(Task):
 
     def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> DetectionDataset:
         records = index_detection_split(list(spec.split(split)), spec.names, what=f"{spec.root} ({split})")
+        if split == "train" and not any(len(record.labels) for record in records):
+            example = label_path_for(records[0].image)
+            raise DatasetError(
+                f"{spec.root}: none of the {len(records)} training images has a box, so a detector would learn nothing. "
+                f"YOLO-format labels are .txt files in a labels/ folder beside images/ (for {records[0].image} zoo "
+                f"looked for {example}): check that folder's name and that its files are not empty"
+            )
         return DetectionDataset(records, spec.names, image_size, augment if split == "train" else None)
 
     def collate(self, samples: list[Any]) -> dict[str, Any]:
@@ -230,13 +238,21 @@ class DetectTask(Task):
             )
         return postprocess
 
-    def validate(self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str]) -> dict[str, float]:
+    def validate(
+        self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str], report: "ValidationReport | None" = None
+    ) -> dict[str, float]:
         from zoo_core.tasks.metrics import OrderedMeanAveragePrecision
 
         postprocess = self._postprocess(model)
-        metric = OrderedMeanAveragePrecision()
+        # The report's curves need COCO's full precision table (extended_summary); its confusion matrix is summed over ranks.
+        metric = OrderedMeanAveragePrecision(extended_summary=report is not None)
+        confusion = None
+        if report is not None:
+            from zoo_core.reports.confusion import DetectionConfusionMatrix
+
+            confusion = DetectionConfusionMatrix(len(names)).to(device)
         with torch.inference_mode():
-            for batch in loader:
+            for batch_index, batch in enumerate(loader):
                 batch = self.preprocess(batch, device)
                 detections = postprocess(model(batch["images"]), conf=self.conf, iou=self.iou, max_det=self.max_det)
                 targets = batch["targets"].float().cpu()
@@ -253,8 +269,19 @@ class DetectTask(Task):
                     rows = targets[targets[:, 0] == position]
                     truths.append({"boxes": boxes_to_original(rows[:, 2:6], ratio_pad, shape), "labels": rows[:, 1].long()})
                 metric.update(predictions, truths, batch["indices"].cpu())
+                if confusion is not None:
+                    confusion.update(predictions, truths)
+                if report is not None and report.draws_batch(batch_index):
+                    self._draw_validation_batch(report, batch_index, batch["images"], targets, detections, names)
         values = metric.compute()
         map50_95, map50 = max(float(values["map"]), 0.0), max(float(values["map_50"]), 0.0)
+        if report is not None and confusion is not None:
+            from zoo_core.reports.confusion import plot_confusion_matrix
+            from zoo_core.reports.detection_curves import plot_detection_curves
+
+            matrix = confusion.compute()
+            report.charts(lambda folder: plot_confusion_matrix(matrix, names, folder, background=True), confusion_matrix=matrix)
+            report.charts(lambda folder: plot_detection_curves(values, names, folder))
         return {
             "mAP50-95": map50_95,
             "mAP50": map50,
@@ -262,6 +289,38 @@ class DetectTask(Task):
             "mAR100": max(float(values["mar_100"]), 0.0),
             "fitness": detection_fitness(map50, map50_95),
         }
+
+    @staticmethod
+    def _draw_validation_batch(
+        report: "ValidationReport", index: int, images: torch.Tensor, targets: torch.Tensor, detections: list[dict[str, torch.Tensor]],
+        names: Mapping[int, str],
+    ) -> None:
+        """``val_batch<index>_labels.jpg`` (the true boxes) and ``_pred.jpg`` (detections scoring at least 0.25)."""
+        from zoo_core.reports.drawing import draw_box_batch
+
+        report.image(f"val_batch{index}_labels.jpg", draw_box_batch(images, targets, names))
+        rows = []
+        for position, detection in enumerate(detections):
+            keep = detection["scores"].detach().float().cpu() >= 0.25
+            boxes = detection["boxes"].detach().float().cpu().reshape(-1, 4)[keep]
+            rows.append(torch.cat([
+                torch.full((len(boxes), 1), float(position)), detection["labels"].detach().float().cpu().reshape(-1, 1)[keep],
+                boxes, detection["scores"].detach().float().cpu().reshape(-1, 1)[keep],
+            ], dim=1))
+        report.image(f"val_batch{index}_pred.jpg", draw_box_batch(images, torch.cat(rows) if rows else torch.zeros(0, 7), names))
+
+    def draw_batch(self, batch: Mapping[str, Any], names: Mapping[int, str]) -> torch.Tensor:
+        from zoo_core.reports.drawing import draw_box_batch
+
+        return draw_box_batch(batch["images"], batch["targets"], names)
+
+    def plot_training_set(self, dataset: Any, folder: Path) -> list[Path]:
+        from zoo_core.reports.dataset_labels import plot_detection_labels
+
+        records = getattr(dataset, "records", None)
+        if records is None:
+            return []
+        return [plot_detection_labels([record.labels for record in records], dataset.names, folder / "labels.jpg")]
 
     def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
         boxes_per_image = 4

@@ -3,13 +3,15 @@
 ``LibreYOLO.predict`` returns a list of these. Every result has ``orig_image`` (uint8 ``3×H×W``
 RGB tensor), ``path`` (the file, or ``None`` for in-memory images), ``name``, ``names``,
 ``plot()`` (an ``H×W×3`` uint8 RGB NumPy array with the prediction drawn), ``save(path)``,
-``summary()`` (one line) and ``to_dict()`` (plain data). ``save_path`` is set when
-``predict(save=True)`` wrote the drawing.
+``summary()`` (one line), ``to_dict()`` / ``to_json()`` (plain data), ``rows()`` / ``to_df()``
+(a table) and ``orig_img`` (``H×W×3`` RGB array). ``save_path`` is set when ``predict(save=True)``
+wrote the drawing. Detection's ``boxes`` and classification's ``probs`` are tensors that also
+offer Ultralytics' views (``boxes.xyxy``, ``boxes.xywh``, ``boxes.conf``, ``boxes.cls``,
+``probs.top1``, ``probs.top5``...).
 """
 
 from __future__ import annotations
 
-import colorsys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -17,18 +19,88 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-__all__ = ["Result", "DetectionResult", "ClassificationResult", "SegmentationResult", "RestorationResult", "class_colour"]
+from zoo_core.reports.drawing import as_numpy_image, class_colour, draw_boxes, draw_caption, draw_mask
+
+__all__ = [
+    "Result", "DetectionResult", "PointsResult", "ClassificationResult", "SegmentationResult", "RestorationResult", "Boxes",
+    "Probs",
+]
 
 
-def class_colour(index: int) -> tuple[int, int, int]:
-    """A distinct, stable RGB colour for class ``index`` (golden-ratio steps around the hue circle)."""
-    hue = (index * 0.618033988749895 + 0.1) % 1.0
-    red, green, blue = colorsys.hsv_to_rgb(hue, 0.8, 0.95)
-    return int(red * 255), int(green * 255), int(blue * 255)
+class Boxes(torch.Tensor):
+    """A detection result's boxes: the ``n×4`` xyxy tensor (original-image pixels) with the views
+    Ultralytics users reach for: ``xyxy``, ``xywh`` (centre, size), ``xyxyn``/``xywhn`` (divided by
+    the image size), ``conf`` (scores) and ``cls`` (class indices, float as Ultralytics gives them).
+
+    It is a tensor, so code that used ``result.boxes`` as one keeps working; the views are tensors.
+    """
+
+    @staticmethod
+    def of(xyxy: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, shape: tuple[int, int]) -> "Boxes":
+        """Boxes for ``xyxy`` with their scores, labels and the image's ``(height, width)``."""
+        boxes = xyxy.as_subclass(Boxes)
+        boxes._scores, boxes._labels, boxes._shape = scores, labels, shape
+        return boxes
+
+    @property
+    def xyxy(self) -> torch.Tensor:
+        """``n×4`` x1, y1, x2, y2 in pixels."""
+        return self.as_subclass(torch.Tensor)
+
+    @property
+    def xywh(self) -> torch.Tensor:
+        """``n×4`` centre x, centre y, width, height in pixels."""
+        x1, y1, x2, y2 = self.xyxy.unbind(-1)
+        return torch.stack(((x1 + x2) / 2, (y1 + y2) / 2, x2 - x1, y2 - y1), dim=-1)
+
+    @property
+    def xyxyn(self) -> torch.Tensor:
+        """``xyxy`` divided by the image's width and height."""
+        height, width = self._shape
+        return self.xyxy / torch.tensor([width, height, width, height], dtype=self.dtype)
+
+    @property
+    def xywhn(self) -> torch.Tensor:
+        """``xywh`` divided by the image's width and height."""
+        height, width = self._shape
+        return self.xywh / torch.tensor([width, height, width, height], dtype=self.dtype)
+
+    @property
+    def conf(self) -> torch.Tensor:
+        """The detections' scores."""
+        return self._scores
+
+    @property
+    def cls(self) -> torch.Tensor:
+        """The detections' class indices, as floats (Ultralytics' convention; ``labels`` has them as int64)."""
+        return self._labels.float()
 
 
-def _to_numpy_image(image: torch.Tensor) -> np.ndarray:
-    return image.detach().cpu().permute(1, 2, 0).contiguous().numpy()
+class Probs(torch.Tensor):
+    """A classification result's class probabilities (a ``C`` tensor) with ``top1``, ``top5``,
+    ``top1conf`` and ``top5conf``, as Ultralytics users know them."""
+
+    @property
+    def top1(self) -> int:
+        """The most probable class index."""
+        return int(self.as_subclass(torch.Tensor).argmax())
+
+    @property
+    def top5(self) -> list[int]:
+        """Up to five class indices, most probable first."""
+        plain = self.as_subclass(torch.Tensor)
+        return plain.topk(min(5, len(plain))).indices.tolist()
+
+    @property
+    def top1conf(self) -> torch.Tensor:
+        """The probability of ``top1``."""
+        return self.as_subclass(torch.Tensor).max()
+
+    @property
+    def top5conf(self) -> torch.Tensor:
+        """The probabilities of ``top5``."""
+        plain = self.as_subclass(torch.Tensor)
+        return plain.topk(min(5, len(plain))).values
 
 
 @dataclass
@@ -49,7 +121,7 @@ class Result:
 
     def plot(self) -> np.ndarray:
         """The original image with the prediction drawn, ``H×W×3`` uint8 RGB."""
-        return _to_numpy_image(self.orig_image)
+        return as_numpy_image(self.orig_image)
 
     def save(self, path: str | Path) -> Path:
         """Write ``plot()`` to ``path`` (format from the suffix) and return the path."""
@@ -68,6 +140,29 @@ class Result:
         """The prediction as plain Python data (JSON-friendly)."""
         return {"name": self.name, "path": str(self.path) if self.path else None, "shape": list(self.orig_shape)}
 
+    @property
+    def orig_img(self) -> np.ndarray:
+        """The original image as an ``H×W×3`` uint8 RGB array (Ultralytics' name; note: RGB, not BGR)."""
+        return as_numpy_image(self.orig_image)
+
+    def to_json(self, indent: int | None = None) -> str:
+        """``to_dict()`` as a JSON string."""
+        import json
+
+        return json.dumps(self.to_dict(), indent=indent)
+
+    def to_df(self) -> Any:
+        """The prediction as a pandas ``DataFrame`` (one row per detection, point or class); needs pandas."""
+        try:
+            import pandas
+        except ImportError:
+            raise ImportError("Result.to_df() needs pandas: pip install pandas (to_dict() and to_json() need nothing)") from None
+        return pandas.DataFrame(self.rows())
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One flat dict per detection, point or class (what ``to_df`` tabulates)."""
+        return [self.to_dict()]
+
 
 @dataclass
 class DetectionResult(Result):
@@ -78,18 +173,22 @@ class DetectionResult(Result):
     scores: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
     labels: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
 
-    def plot(self) -> np.ndarray:
-        """Boxes with ``name score`` captions, one colour per class."""
-        from torchvision.utils import draw_bounding_boxes
+    def __post_init__(self) -> None:
+        # result.boxes stays the n×4 tensor it always was, with Ultralytics' views on top (.xywh, .conf, .cls...).
+        self.boxes = Boxes.of(self.boxes.as_subclass(torch.Tensor), self.scores, self.labels, self.orig_shape)
 
-        if len(self.boxes) == 0:
-            return _to_numpy_image(self.orig_image)
-        labels = [int(label) for label in self.labels]
-        captions = [f"{self.names.get(label, label)} {float(score):.2f}" for label, score in zip(labels, self.scores)]
-        drawn = draw_bounding_boxes(
-            self.orig_image, self.boxes.float(), labels=captions, colors=[class_colour(label) for label in labels], width=2
-        )
-        return _to_numpy_image(drawn)
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per detection: class, name, score and the box."""
+        return [
+            {"name": self.name, "class": int(label), "class_name": self.names.get(int(label), str(int(label))),
+             "score": float(score), "x1": float(box[0]), "y1": float(box[1]), "x2": float(box[2]), "y2": float(box[3])}
+            for box, score, label in zip(self.boxes.xyxy.tolist(), self.scores.tolist(), self.labels.tolist())
+        ]
+
+    def plot(self) -> np.ndarray:
+        """Boxes with ``name score`` captions on a filled box in the class colour, sized to the image."""
+        drawn = draw_boxes(self.orig_image, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist())
+        return as_numpy_image(drawn)
 
     def summary(self) -> str:
         """``name: 2 circle, 1 square`` (or ``no detections``)."""
@@ -113,11 +212,68 @@ class DetectionResult(Result):
 
 
 @dataclass
+class PointsResult(Result):
+    """Object centroids: ``points`` (``n×2`` x, y, original-image pixels), ``scores`` (n), ``labels`` (n, int64)."""
+
+    task: ClassVar[str] = "points"
+    points: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 2))
+    scores: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    labels: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+
+    def plot(self, radius: int | None = None) -> np.ndarray:
+        """A filled dot per point in its class colour, outlined in white, with ``name score`` beside it.
+
+        ``radius`` defaults to about 1.5 % of the shorter image side (at least 3 pixels).
+        """
+        from PIL import Image, ImageDraw
+
+        canvas = Image.fromarray(as_numpy_image(self.orig_image))
+        if len(self.points) == 0:
+            return np.asarray(canvas).copy()
+        height, width = self.orig_shape
+        radius = radius if radius is not None else max(3, round(min(height, width) * 0.015))
+        draw = ImageDraw.Draw(canvas)
+        for (x, y), score, label in zip(self.points.tolist(), self.scores.tolist(), self.labels.tolist()):
+            box = (x - radius, y - radius, x + radius, y + radius)
+            draw.ellipse(box, fill=class_colour(int(label)), outline=(255, 255, 255), width=max(1, radius // 3))
+            draw.text((x + radius + 2, y - radius), f"{self.names.get(int(label), label)} {score:.2f}", fill=class_colour(int(label)))
+        return np.asarray(canvas).copy()
+
+    def summary(self) -> str:
+        """``name: 2 circle, 1 square`` (or ``no points``)."""
+        if len(self.labels) == 0:
+            return f"{self.name}: no points"
+        counts: dict[str, int] = {}
+        for label in self.labels.tolist():
+            class_name = str(self.names.get(int(label), label))
+            counts[class_name] = counts.get(class_name, 0) + 1
+        return f"{self.name}: " + ", ".join(f"{count} {class_name}" for class_name, count in counts.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        """Points, scores and class names as lists."""
+        return {
+            **super().to_dict(),
+            "points": self.points.tolist(),
+            "scores": self.scores.tolist(),
+            "labels": self.labels.tolist(),
+            "classes": [self.names.get(int(label), str(label)) for label in self.labels.tolist()],
+        }
+
+
+@dataclass
 class ClassificationResult(Result):
     """Class probabilities ``probs`` (C), with ``top1``/``top5`` indices and ``top1_conf``."""
 
     task: ClassVar[str] = "classify"
     probs: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+
+    def __post_init__(self) -> None:
+        self.probs = self.probs.as_subclass(Probs)  # result.probs.top1, .top5, .top1conf as Ultralytics has them
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per class of the top five: rank, class, name and probability."""
+        return [{"name": self.name, "rank": rank, "class": index, "class_name": self.names.get(index, str(index)),
+                 "probability": float(self.probs[index])} for rank, index in enumerate(self.top5, start=1)]
 
     @property
     def top1(self) -> int:
@@ -136,18 +292,8 @@ class ClassificationResult(Result):
 
     def plot(self) -> np.ndarray:
         """The image with its top-5 classes and probabilities written in the corner."""
-        from PIL import Image, ImageDraw
-
-        canvas = Image.fromarray(_to_numpy_image(self.orig_image))
-        draw = ImageDraw.Draw(canvas)
         lines = [f"{self.names.get(index, index)} {float(self.probs[index]):.2f}" for index in self.top5]
-        top = 2
-        for line in lines:
-            left, upper, right, lower = draw.textbbox((4, top), line)
-            draw.rectangle((left - 2, upper - 1, right + 2, lower + 1), fill=(0, 0, 0))
-            draw.text((4, top), line, fill=(255, 255, 255))
-            top = lower + 3
-        return np.asarray(canvas).copy()
+        return as_numpy_image(draw_caption(self.orig_image, lines))
 
     def summary(self) -> str:
         """``name: cat 0.93, dog 0.05, ...``."""
@@ -172,14 +318,24 @@ class SegmentationResult(Result):
     task: ClassVar[str] = "semantic"
     mask: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 0, dtype=torch.long))
 
+    @property
+    def classes(self) -> list[int]:
+        """The class indices present in ``mask``, in order."""
+        return [int(value) for value in torch.unique(self.mask)]
+
+    @property
+    def masks(self) -> torch.Tensor:
+        """One boolean ``H×W`` mask per class in ``classes`` (stacked: ``len(classes)×H×W``)."""
+        return torch.stack([self.mask == value for value in self.classes]) if self.mask.numel() else torch.zeros(0, 0, 0, dtype=torch.bool)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per class present: its name and share of the pixels."""
+        return [{"name": self.name, "class_name": class_name, "pixel_share": share}
+                for class_name, share in self.to_dict()["class_pixel_share"].items()]
+
     def plot(self, alpha: float = 0.5) -> np.ndarray:
         """The image with every predicted class overlaid in its colour."""
-        from torchvision.utils import draw_segmentation_masks
-
-        present = [int(value) for value in torch.unique(self.mask)]
-        masks = torch.stack([self.mask == value for value in present])
-        drawn = draw_segmentation_masks(self.orig_image, masks, alpha=alpha, colors=[class_colour(value) for value in present])
-        return _to_numpy_image(drawn)
+        return as_numpy_image(draw_mask(self.orig_image, self.mask, alpha=alpha))
 
     def summary(self) -> str:
         """``name: road 62%, car 8%, ...`` (share of pixels per class)."""
@@ -205,7 +361,7 @@ class RestorationResult(Result):
 
     def plot(self) -> np.ndarray:
         """The restored image."""
-        return _to_numpy_image(self.image)
+        return as_numpy_image(self.image)
 
     def summary(self) -> str:
         """``name: restored 640×480``."""

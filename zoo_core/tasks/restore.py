@@ -34,8 +34,9 @@ from zoo_core.tasks.predictions import RestorationResult
 
 if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage
+    from zoo_core.reports.validation_report import ValidationReport
 
-__all__ = ["RestoreTask", "RestoreDataset", "PSNR_CAP_DB", "SIZE_MULTIPLE", "pad_by_reflection"]
+__all__ = ["RestoreTask", "RestoreDataset", "PSNR_CAP_DB", "SIZE_MULTIPLE", "pad_by_reflection", "restoration_strips"]
 
 PSNR_CAP_DB = 100.0
 # Prediction pads full images to a multiple of this, which every built-in restoration network's
@@ -110,6 +111,19 @@ def _per_image_psnr(prediction: torch.Tensor, target: torch.Tensor) -> torch.Ten
     return values.clamp(max=PSNR_CAP_DB)
 
 
+def restoration_strips(degraded: torch.Tensor, restored: torch.Tensor, targets: torch.Tensor, psnr: torch.Tensor | None = None) -> torch.Tensor:
+    """One row per image (the first few of the batch): input | restored | target, the restored one captioned with its PSNR."""
+    from zoo_core.reports.drawing import as_uint8_images, draw_caption, image_grid
+
+    count = min(len(degraded), 8)
+    tiles = []
+    for position in range(count):
+        row = [as_uint8_images(part[position : position + 1])[0] for part in (degraded, restored, targets)]
+        captions = (["input"], [f"restored {float(psnr[position]):.2f} dB" if psnr is not None else "restored"], ["target"])
+        tiles.extend(draw_caption(image, lines) for image, lines in zip(row, captions))
+    return image_grid(tiles, columns=3)
+
+
 class RestoreTask(Task):
     """Image restoration; fitness is the mean per-image PSNR (dB)."""
 
@@ -160,14 +174,16 @@ class RestoreTask(Task):
         loss = F.l1_loss(outputs, batch["targets"])
         return loss, {"l1": loss.detach()}
 
-    def validate(self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str]) -> dict[str, float]:
+    def validate(
+        self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str], report: "ValidationReport | None" = None
+    ) -> dict[str, float]:
         from torchmetrics.functional.image import structural_similarity_index_measure
 
         from zoo_core.tasks.metrics import PerSampleMean
 
         metrics = {name: PerSampleMean().to(device) for name in ("psnr", "ssim", "psnr_input")}
         with torch.inference_mode():
-            for batch in loader:
+            for batch_index, batch in enumerate(loader):
                 batch = self.preprocess(batch, device)
                 outputs = model(batch["images"])
                 if not isinstance(outputs, torch.Tensor) or outputs.shape != batch["targets"].shape:
@@ -177,11 +193,21 @@ class RestoreTask(Task):
                     )
                 restored = outputs.float().clamp(0, 1).mul(255).round().div(255)
                 targets, indices = batch["targets"], batch["indices"]
-                metrics["psnr"].update(_per_image_psnr(restored, targets), indices)
+                psnr = _per_image_psnr(restored, targets)
+                metrics["psnr"].update(psnr, indices)
                 metrics["psnr_input"].update(_per_image_psnr(batch["images"], targets), indices)
+                if report is not None and report.draws_batch(batch_index):
+                    report.image(f"val_batch{batch_index}_pred.jpg", restoration_strips(batch["images"], restored, targets, psnr))
                 ssim = structural_similarity_index_measure(restored, targets, data_range=1.0, reduction="none")
                 metrics["ssim"].update(ssim, indices)
         return {name: float(metric.compute()) for name, metric in metrics.items()}
+
+    def draw_batch(self, batch: Mapping[str, Any], names: Mapping[int, str]) -> torch.Tensor:
+        from zoo_core.reports.drawing import as_uint8_images, draw_caption, image_grid
+
+        count = min(len(batch["images"]), 8)
+        pairs = zip(as_uint8_images(batch["images"][:count]), as_uint8_images(batch["targets"][:count]))
+        return image_grid([draw_caption(image, [caption]) for pair in pairs for image, caption in zip(pair, ("input", "target"))], columns=2)
 
     def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
         targets = torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8)

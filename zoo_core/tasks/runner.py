@@ -10,14 +10,17 @@ import logging
 import os
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from zoo_core.data.errors import DatasetError
+from zoo_core.data.images import VIDEO_SUFFIXES
+from zoo_core.errors import ArgumentError
 from zoo_core.tasks import get_task
 
 if TYPE_CHECKING:
     import torch
 
+    from zoo_core.registry import ImageSize
     from zoo_core.tasks.predictions import Result
 
 __all__ = ["validate", "predict", "resolve_device", "check_image_size"]
@@ -45,19 +48,31 @@ def resolve_device(device: Any = None) -> "torch.device":
     return plan.torch_device(0)
 
 
-def check_image_size(image_size: int, multiple: int = 1) -> int:
-    """``image_size`` rounded up to a multiple of ``multiple`` (with a warning when it changes).
+def check_image_size(image_size: "ImageSize | list[int]", multiple: int = 1, task: str | None = None) -> "ImageSize":
+    """``image_size`` with each side rounded up to a multiple of ``multiple`` (with a warning when it changes).
 
-    ``multiple`` is what the model's family accepts (its recipe's ``input_size_multiple``: the
-    largest stride of a CNN, the patch size of a ViT).
+    ``image_size`` is an int (a square) or ``(height, width)``; a pair of equal sides comes back
+    as the square's int. ``multiple`` is what the model's family accepts (its recipe's
+    ``input_size_multiple``: the largest stride of a CNN, the patch size of a ViT). When ``task``
+    is given, a rectangle is accepted only for the tasks that resize to any height × width
+    (``RECTANGULAR_TASKS``: semantic segmentation); the others get an ``ArgumentError``.
     """
-    if not isinstance(image_size, int) or isinstance(image_size, bool) or image_size < 16:
-        raise ValueError(f"imgsz must be an integer of at least 16 pixels, got {image_size!r}")
-    if multiple > 1 and image_size % multiple:
-        rounded = -(-image_size // multiple) * multiple
-        warnings.warn(f"imgsz={image_size} is not a multiple of {multiple}; using {rounded}", stacklevel=3)
+    from zoo_core.registry import RECTANGULAR_TASKS, image_size_hw, normalise_image_size
+
+    try:
+        size = normalise_image_size(image_size, "imgsz", minimum=16)
+    except ValueError as error:
+        raise ArgumentError(str(error)) from None
+    if not isinstance(size, int) and task is not None and task not in RECTANGULAR_TASKS:
+        raise ArgumentError(
+            f"imgsz={image_size!r}: {task!r} models take a square input; give one integer (e.g. imgsz={max(size)}). "
+            f"(height, width) sizes are for {', '.join(sorted(RECTANGULAR_TASKS))} models"
+        )
+    if multiple > 1 and any(side % multiple for side in image_size_hw(size)):
+        rounded = normalise_image_size(tuple(-(-side // multiple) * multiple for side in image_size_hw(size)))
+        warnings.warn(f"imgsz={image_size!r} is not a multiple of {multiple}; using {rounded!r}", stacklevel=3)
         return rounded
-    return image_size
+    return size
 
 
 def _task_for(libre: Any, conf: float, iou: float) -> Any:
@@ -80,11 +95,18 @@ def validate(
     conf: float = 0.001,
     iou: float = 0.7,
     size_multiple: int = 1,
+    plots: bool = True,
+    project: str | os.PathLike[str] = "runs",
+    name: str = "val",
 ) -> dict[str, float]:
     """The task's metrics of ``libre``'s model on split ``split`` of ``data``.
 
+    With ``plots`` the task's report (drawn batches, confusion matrix, curves...) is written to
+    the run folder ``project/<task>/name{,2,...}``, recorded as ``libre.last_val_dir``.
+
     Args:
-        data: a built-in dataset name (``"shapes"``), a dataset YAML or a folder.
+        data: a built-in dataset name (``"shapes"``), a dataset YAML or a folder; default: the dataset
+            the model was trained on (recorded in its weights).
         batch: images per forward pass.
         imgsz: input size (default: the model's); rounded up to a multiple of ``size_multiple``
             (the family's: 32 for YOLO detectors and segmentation CNNs).
@@ -92,15 +114,23 @@ def validate(
         split: ``"val"``, ``"test"`` (when the dataset has one) or ``"train"``.
         workers: DataLoader worker processes.
         conf, iou: detection thresholds handed to the family's ``postprocess``.
+        plots, project, name: write the report, and where.
     """
     from torch.utils.data import DataLoader
 
+    from zoo_core.data.loader_workers import loader_start_method
     from zoo_core.data.sampling import InferenceShardSampler
 
     if data is None:
-        raise ValueError("val() needs data=...: a built-in dataset ('shapes'), a dataset YAML or a folder")
-    if batch < 1:
-        raise ValueError(f"batch must be a positive number of images, got {batch}")
+        data = getattr(libre, "data", "") or None  # the dataset the model was trained on
+    if data is None:
+        raise ArgumentError(
+            "val() needs data=...: a built-in dataset ('shapes'), a dataset YAML or a folder (this model's weights do "
+            "not record the dataset they were trained on)"
+        )
+    if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+        raise ArgumentError(f"batch must be a positive number of images, got {batch!r}")
+    image_size = check_image_size(imgsz if imgsz is not None else libre.input_size, size_multiple, libre.task)
     task = _task_for(libre, conf, iou)
     spec = task.prepare(data if isinstance(data, str) else Path(data))
     if libre.task != "restore" and spec.num_classes != libre.num_classes:
@@ -109,7 +139,6 @@ def validate(
             f"{libre.num_classes}; validate a model trained on this dataset (its best.pt), or build one with "
             f"LibreYOLO(name, names=[...]) for these classes"
         )
-    image_size = check_image_size(imgsz or libre.input_size, size_multiple)
     torch_device = resolve_device(device)
     dataset = task.dataset(spec, split, image_size, None)
     loader = DataLoader(
@@ -119,9 +148,18 @@ def validate(
         collate_fn=task.collate,
         num_workers=workers,
         pin_memory=torch_device.type == "cuda",
+        multiprocessing_context=loader_start_method(workers),
     )
     model = libre.model.to(torch_device).eval()
-    metrics = task.validate(model, loader, torch_device, spec.names if libre.task != "restore" else libre.names)
+    report = None
+    if plots:
+        from zoo_core.reports.validation_report import ValidationReport
+        from zoo_core.run_dirs import next_run_dir
+
+        report = ValidationReport(next_run_dir(libre.task, name, project))
+    metrics = task.validate(model, loader, torch_device, spec.names if libre.task != "restore" else libre.names, report=report)
+    if report is not None:
+        libre.last_val_dir = report.folder
     LOGGER.info("%s %s: %s", getattr(libre, "name", libre.task), split, ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()))
     return metrics
 
@@ -138,37 +176,68 @@ def predict(
     name: str = "predict",
     max_det: int = 300,
     size_multiple: int = 1,
-) -> "list[Result]":
+    tile: bool = False,
+    stream: bool = False,
+) -> "list[Result] | Iterator[Result]":
     """Predict on ``source``; one result per image, in original-image coordinates.
 
     Args:
-        source: an image path, a folder, a glob, a PIL image, an RGB uint8 numpy array
-            (H×W×3), a uint8 3×H×W tensor, or a list of them.
+        source: an image path, a video file (frame by frame, with PyAV), a folder, a glob, a PIL
+            image, an RGB uint8 numpy array (H×W×3), a uint8 3×H×W tensor, or a list of them.
         save: write each drawn result to the run folder ``project/<task>/name{,2,...}``
             (restoration: the restored image), and set ``result.save_path``.
         conf, iou, max_det: detection thresholds (score, NMS IoU, detections per image).
         imgsz: input size (default: the model's; restoration always runs at full size).
         device: ``"cpu"``, ``0``, ``"cuda:0"``, ``"mps"``, ``"auto"``/``None``.
         size_multiple: input sizes are rounded up to a multiple of this (the family's).
+        tile: semantic segmentation: predict each image at its own resolution, window by window
+            (windows of ``imgsz`` overlapping by a third, logits averaged where they overlap;
+            ``zoo_core.ops.sliding_window``), instead of resizing it to ``imgsz``. For images
+            larger than the size the model was trained at.
+        stream: return a generator that reads, predicts and yields one image at a time (a long
+            video or a large folder is never held in memory), instead of the list of results.
     """
-    from zoo_core.data.images import load_sources
+    task = _task_for(libre, conf, iou)
+    image_size = check_image_size(imgsz if imgsz is not None else libre.input_size, size_multiple, libre.task)
+    if tile and libre.task != "semantic":
+        raise ArgumentError(f"predict(tile=True) is sliding-window inference for semantic segmentation; {libre.task!r} models predict whole images")
+    torch_device = resolve_device(device)
+    options = {"conf": conf, "iou": iou, "max_det": max_det, **({"tile": True} if tile else {})}
+    results = _predictions(libre, task, source, torch_device, image_size, options, project=project, name=name if save else None)
+    return results if stream else list(results)
+
+
+def _predictions(libre: Any, task: Any, source: Any, device: Any, image_size: Any, options: dict[str, Any], *,
+                 project: str | os.PathLike[str], name: str | None) -> "Iterator[Result]":
+    """Read, predict and (when ``name`` is given) save one image at a time."""
+    from zoo_core.data.images import iter_sources
     from zoo_core.run_dirs import next_run_dir
 
-    sources = load_sources(source)
-    task = _task_for(libre, conf, iou)
-    image_size = check_image_size(imgsz or libre.input_size, size_multiple)
-    torch_device = resolve_device(device)
-    model = libre.model.to(torch_device).eval()
-    results = task.predict(model, sources, torch_device, image_size, libre.names, conf=conf, iou=iou, max_det=max_det)
-    if save:
-        run_dir = next_run_dir(libre.task, name, project)
-        used: set[str] = set()
-        for result in results:
-            stem = Path(result.name).stem if result.path is not None else result.name
-            candidate, counter = stem, 2
-            while candidate in used:  # two sources with one file name (from different folders)
-                candidate, counter = f"{stem}_{counter}", counter + 1
-            used.add(candidate)
-            result.save_path = result.save(run_dir / f"{candidate}.png")
-        LOGGER.info("saved %d result(s) to %s", len(results), run_dir)
-    return results
+    model = libre.model.to(device).eval()
+    run_dir: Path | None = None
+    used: set[str] = set()
+    saved = 0
+    for source_image in iter_sources(source):
+        (result,) = task.predict(model, [source_image], device, image_size, libre.names, **options)
+        if name is not None:
+            if run_dir is None:
+                run_dir = next_run_dir(libre.task, name, project)
+            result.save_path = result.save(run_dir / _saved_file_name(result, used))
+            saved += 1
+        yield result
+    if run_dir is not None:
+        LOGGER.info("saved %d result(s) to %s", saved, run_dir)
+
+
+def _saved_file_name(result: Any, used: set[str]) -> str:
+    """A file name for a drawn result: the input's stem and file type, made unique within the run."""
+    stem = Path(result.name).stem if result.path is not None else result.name
+    candidate, counter = stem, 2
+    while candidate in used:  # two sources with one file name (from different folders)
+        candidate, counter = f"{stem}_{counter}", counter + 1
+    used.add(candidate)
+    # Keep the input's file type (a JPEG stays a small JPEG); video frames are JPEGs, in-memory images PNGs.
+    suffix = Path(result.path).suffix.lower() if result.path is not None else ".png"
+    if suffix in VIDEO_SUFFIXES:
+        suffix = ".jpg"
+    return f"{candidate}{suffix if suffix in ('.jpg', '.jpeg', '.png', '.bmp', '.webp') else '.png'}"

@@ -1,14 +1,17 @@
 """Semantic segmentation: images with PNG class-index masks, mIoU.
 
 Data: a YAML naming image and mask folders (``zoo_core.data.mask_format``), or ``"shapes"``
-(class 0 is ``background``). Samples are letterboxed to ``image_size×image_size``: images padded
-grey, masks padded with ``ignore_index`` so padding counts in neither loss nor metric. Training
-adds random affine, horizontal flip and HSV jitter (masks move with the pixels, nearest
-neighbour; uncovered mask pixels become ``ignore_index``).
+(class 0 is ``background``). The input size is an int (a square) or ``(height, width)``
+(PP-LiteSeg trains on 512×1024 Cityscapes crops). Samples are letterboxed to ``H×W``: scaled to
+fit inside, aspect kept, images padded grey, masks padded with ``ignore_index`` so padding counts
+in neither loss nor metric. Training adds random affine, horizontal flip and HSV jitter (masks
+move with the pixels, nearest neighbour; uncovered mask pixels become ``ignore_index``).
 
-Batch (after ``preprocess``): ``images`` ImageNet-normalised, ``masks`` N×S×S int64,
+Batch (after ``preprocess``): ``images`` ImageNet-normalised, ``masks`` N×H×W int64,
 ``ignore_index`` (int), plus ``orig_shapes``, ``ratio_pads``, ``paths``, ``indices``.
-Model contract: in eval mode ``model(images)`` returns logits N×C×S×S.
+Model contract: in eval mode ``model(images)`` returns logits N×C×H×W.
+Prediction letterboxes each image to the input size, or with ``tile=True`` keeps its resolution
+and predicts it window by window (``zoo_core.ops.sliding_window``).
 Metrics: mIoU (torchmetrics ``MulticlassJaccardIndex``, macro over the classes present in the
 predictions or the masks, from the confusion matrix of all validation pixels) and pixel accuracy,
 measured at the input resolution on the letterboxed masks (padding ignored).
@@ -25,20 +28,28 @@ import torch
 from torch.utils.data import Dataset
 from torchvision import tv_tensors
 
-from zoo_core.data.augment import apply_v2, color_jitter, letterbox, map_to_original, random_affine
+from torchvision.transforms.v2 import functional as TF
+
+from zoo_core.data.augment import PAD_VALUE, RatioPad, apply_v2, color_jitter, map_to_original, random_affine
 from zoo_core.data.dataset_yaml import YAML_SUFFIXES
 from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import read_image
 from zoo_core.data.mask_format import SemanticRecord, index_semantic_split, read_semantic_yaml
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
+from zoo_core.registry import ImageSize, image_size_hw, normalise_image_size
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device
 from zoo_core.tasks.classify import imagenet_normalise
 from zoo_core.tasks.predictions import SegmentationResult
 
 if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage
+    from zoo_core.reports.validation_report import ValidationReport
 
-__all__ = ["SemanticTask", "SemanticDataset", "read_mask"]
+__all__ = ["SemanticTask", "SemanticDataset", "read_mask", "letterbox_to"]
+
+# Sliding-window prediction (tile=True): windows overlap by a third of their side, as the
+# segmentation toolkits' "slide" test mode (512 px crops 341 px apart).
+TILE_OVERLAP = 1 / 3
 
 
 def read_mask(path: Path) -> torch.Tensor:
@@ -55,14 +66,46 @@ def read_mask(path: Path) -> torch.Tensor:
     return torch.from_numpy(values)
 
 
+def letterbox_to(
+    image: torch.Tensor, size: ImageSize, mask: torch.Tensor | None = None, mask_fill: int = 255
+) -> tuple[torch.Tensor, torch.Tensor | None, RatioPad]:
+    """``image`` (3×h×w uint8) scaled to fit ``size`` (an int or (height, width)), aspect kept, and padded to it.
+
+    The padding is centred, grey for the image and ``mask_fill`` for ``mask`` (resized nearest).
+    Returns the image, the mask and the ``RatioPad`` that ``map_to_original`` undoes. For a square
+    size this is ``zoo_core.data.augment.letterbox``.
+    """
+    target_h, target_w = image_size_hw(size)
+    height, width = int(image.shape[-2]), int(image.shape[-1])
+    gain = min(target_h / height, target_w / width)
+    new_h, new_w = min(max(round(height * gain), 1), target_h), min(max(round(width * gain), 1), target_w)
+    if (new_h, new_w) != (height, width):
+        image = TF.resize(tv_tensors.Image(image), [new_h, new_w], antialias=True).as_subclass(torch.Tensor)
+        if mask is not None:
+            mask = TF.resize(tv_tensors.Mask(mask), [new_h, new_w]).as_subclass(torch.Tensor)
+    pad_left, pad_top = (target_w - new_w) // 2, (target_h - new_h) // 2
+    padding = [pad_left, pad_top, target_w - new_w - pad_left, target_h - new_h - pad_top]
+    if any(padding):
+        image = TF.pad(image, padding, fill=PAD_VALUE)
+        if mask is not None:
+            mask = TF.pad(tv_tensors.Mask(mask), padding, fill=mask_fill).as_subclass(torch.Tensor)
+    return image, mask, ((new_w / width, new_h / height), (float(pad_left), float(pad_top)))
+
+
+def draw_mask_batch(images: torch.Tensor, masks: torch.Tensor, ignore_index: int) -> torch.Tensor:
+    """The first images of a batch in a grid, each with the class-index ``masks`` overlaid (``ignore_index`` left bare)."""
+    from zoo_core.reports.drawing import IMAGES_PER_GRID, as_uint8_images, draw_mask, image_grid
+
+    images = as_uint8_images(images[:IMAGES_PER_GRID])
+    return image_grid([draw_mask(image, mask, ignore_index=ignore_index) for image, mask in zip(images, masks.cpu())])
+
+
 class SemanticDataset(Dataset):
     """Letterboxed (image, mask) pairs; random affine/flip/HSV when ``augment`` is on."""
 
-    def __init__(self, records: list[SemanticRecord], image_size: int, ignore_index: int, augment: AugmentSettings | None) -> None:
-        if image_size < 16:
-            raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")
+    def __init__(self, records: list[SemanticRecord], image_size: ImageSize, ignore_index: int, augment: AugmentSettings | None) -> None:
         self.records = records
-        self.image_size = image_size
+        self.image_size = normalise_image_size(image_size, "image_size", minimum=16)
         self.ignore_index = ignore_index
         self.augment = augment if augment is not None and augment.enabled else None
 
@@ -77,7 +120,7 @@ class SemanticDataset(Dataset):
         if mask.dtype == torch.uint8 and not 0 <= self.ignore_index <= 255:
             mask = mask.to(torch.int32)  # so padding can hold an ignore_index beyond 8 bits
         original_shape = (int(image.shape[-2]), int(image.shape[-1]))
-        image, _, mask, ratio_pad = letterbox(image, self.image_size, mask=mask, mask_fill=self.ignore_index)
+        image, mask, ratio_pad = letterbox_to(image, self.image_size, mask=mask, mask_fill=self.ignore_index)
         settings = self.augment
         if settings is not None:
             affine = random_affine(settings, mask_fill=self.ignore_index)
@@ -138,7 +181,7 @@ class SemanticTask(Task):
             extra={"ignore_index": layout.ignore_index, "yaml": str(yaml_path)},
         )
 
-    def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> SemanticDataset:
+    def dataset(self, spec: DataSpec, split: str, image_size: ImageSize, augment: AugmentSettings | None) -> SemanticDataset:
         ignore_index = int(spec.extra.get("ignore_index", 255))
         records = index_semantic_split(spec.split(split), spec.names, ignore_index, what=f"{spec.root} ({split})")
         return SemanticDataset(records, image_size, ignore_index, augment if split == "train" else None)
@@ -182,7 +225,9 @@ class SemanticTask(Task):
             logits = torch.nn.functional.interpolate(logits, size=images.shape[-2:], mode="bilinear", align_corners=False)
         return logits
 
-    def validate(self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str]) -> dict[str, float]:
+    def validate(
+        self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str], report: "ValidationReport | None" = None
+    ) -> dict[str, float]:
         from torchmetrics.classification import MulticlassAccuracy, MulticlassJaccardIndex
 
         num_classes = len(names)
@@ -191,6 +236,8 @@ class SemanticTask(Task):
         def make_metrics(ignore_index: int) -> None:
             metrics["mIoU"] = MulticlassJaccardIndex(num_classes=num_classes, ignore_index=ignore_index, average="macro").to(device)
             metrics["pixel_acc"] = MulticlassAccuracy(num_classes=num_classes, ignore_index=ignore_index, average="micro").to(device)
+            if report is not None:  # per-class IoU for the report's bar chart (not a returned metric)
+                metrics["per_class_iou"] = MulticlassJaccardIndex(num_classes=num_classes, ignore_index=ignore_index, average="none").to(device)
 
         # Made before the loop when the dataset tells the ignore index, so that a rank whose
         # shard is empty still holds (empty) states for the cross-rank sync.
@@ -198,24 +245,39 @@ class SemanticTask(Task):
         if declared is not None:
             make_metrics(int(declared))
         with torch.inference_mode():
-            for batch in loader:
+            for batch_index, batch in enumerate(loader):
+                images = batch["images"]
                 batch = self.preprocess(batch, device)
                 if not metrics:
                     make_metrics(int(batch["ignore_index"]))
                 predictions = self._logits(model, batch["images"]).argmax(dim=1)
                 for metric in metrics.values():
                     metric.update(predictions, batch["masks"])
+                if report is not None and report.draws_batch(batch_index):
+                    ignore_index = int(batch["ignore_index"])
+                    report.image(f"val_batch{batch_index}_labels.jpg", draw_mask_batch(images, batch["masks"], ignore_index))
+                    report.image(f"val_batch{batch_index}_pred.jpg", draw_mask_batch(images, predictions, ignore_index))
         if not metrics:
             make_metrics(255)
-        return {name: float(metric.compute()) for name, metric in metrics.items()}
+        values = {name: metric.compute() for name, metric in metrics.items()}
+        per_class = values.pop("per_class_iou", None)
+        if report is not None and per_class is not None:
+            from zoo_core.reports.class_scores import plot_class_scores
 
-    def example_batch(self, batch_size: int, image_size: int, num_classes: int) -> dict[str, Any]:
-        masks = torch.randint(0, max(num_classes, 1), (batch_size, image_size, image_size), dtype=torch.uint8)
+            report.charts(lambda folder: [plot_class_scores(per_class, names, folder / "per_class_iou.png", "IoU")], per_class_iou=per_class)
+        return {name: float(value) for name, value in values.items()}
+
+    def draw_batch(self, batch: Mapping[str, Any], names: Mapping[int, str]) -> torch.Tensor:
+        return draw_mask_batch(batch["images"], batch["masks"], int(batch["ignore_index"]))
+
+    def example_batch(self, batch_size: int, image_size: ImageSize, num_classes: int) -> dict[str, Any]:
+        height, width = image_size_hw(image_size)
+        masks = torch.randint(0, max(num_classes, 1), (batch_size, height, width), dtype=torch.uint8)
         return {
-            "images": torch.randint(0, 256, (batch_size, 3, image_size, image_size), dtype=torch.uint8),
+            "images": torch.randint(0, 256, (batch_size, 3, height, width), dtype=torch.uint8),
             "masks": masks,
             "ignore_index": 255,
-            "orig_shapes": [(image_size, image_size)] * batch_size,
+            "orig_shapes": [(height, width)] * batch_size,
             "ratio_pads": [((1.0, 1.0), (0.0, 0.0))] * batch_size,
             "paths": [f"example{index}" for index in range(batch_size)],
             "indices": torch.arange(batch_size),
@@ -226,18 +288,41 @@ class SemanticTask(Task):
         model: torch.nn.Module,
         sources: "list[SourceImage]",
         device: torch.device,
-        image_size: int,
+        image_size: ImageSize,
         names: Mapping[int, str],
         conf: float = 0.25,
         iou: float = 0.7,
         max_det: int = 300,
+        tile: bool = False,
     ) -> list[SegmentationResult]:
+        """One mask per source at its original size; ``tile=True``: sliding windows of ``image_size``."""
         results = []
         with torch.inference_mode():
             for source in sources:
-                image, _, _, ratio_pad = letterbox(source.image, image_size)
-                logits = self._logits(model, imagenet_normalise(image[None].to(device), device))[0]
                 shape = (int(source.image.shape[-2]), int(source.image.shape[-1]))
-                mask = map_to_original(logits.float(), ratio_pad, shape).argmax(dim=0).cpu()
+                if tile:
+                    logits = self._tiled_logits(model, source.image, image_size, len(names), device)
+                else:
+                    image, _, ratio_pad = letterbox_to(source.image, image_size)
+                    logits = self._logits(model, imagenet_normalise(image[None].to(device), device))[0]
+                    logits = map_to_original(logits.float(), ratio_pad, shape)
+                mask = logits.argmax(dim=0).cpu()
                 results.append(SegmentationResult(orig_image=source.image, path=source.path, name=source.name, names=dict(names), mask=mask))
         return results
+
+    def _tiled_logits(self, model: torch.nn.Module, image: torch.Tensor, window: ImageSize, num_classes: int, device: torch.device) -> torch.Tensor:
+        """C×H×W logits of ``image`` (3×H×W uint8) at its own resolution, from overlapping ``window``-sized crops.
+
+        A side shorter than the window is padded (grey) up to it, so every crop the model sees has
+        the window's size (a multiple of the network's stride), and the padding is cut off again.
+        """
+        from zoo_core.ops.sliding_window import sliding_window_logits
+
+        window_h, window_w = image_size_hw(window)
+        height, width = int(image.shape[-2]), int(image.shape[-1])
+        padded = TF.pad(image, [0, 0, max(window_w - width, 0), max(window_h - height, 0)], fill=PAD_VALUE)
+        stride = (max(round(window_h * (1 - TILE_OVERLAP)), 1), max(round(window_w * (1 - TILE_OVERLAP)), 1))
+        logits = sliding_window_logits(
+            lambda crop: self._logits(model, crop), imagenet_normalise(padded[None].to(device), device), (window_h, window_w), stride, num_classes
+        )
+        return logits[0, :, :height, :width].float()

@@ -1,0 +1,281 @@
+"""The eval-mode model as a deployable graph (ONNX, TorchScript), and its size and cost.
+
+``export_graph(model, "onnx" | "torchscript", path, ...)`` writes the model's inference form — a
+copy in eval mode, re-parameterised branches merged by the model's own ``fuse()`` where it has
+one (YOLOv9, YOLOv7, YOLO-NAS) — traced at the model's input size with a dynamic batch dimension.
+The graph takes one input, ``images`` (N×3×H×W float, preprocessed as the task's ``preprocess``
+does), and returns a flat tuple of tensors whose order and names depend on the task
+(``OUTPUT_NAMES``):
+
+- detect: ``boxes`` (N×A×4, xyxy in input pixels) and ``scores`` (N×A×C, class probabilities):
+  every candidate before confidence filtering and NMS, as ``model(images)["boxes"/"scores"]``;
+- classify: ``logits`` (N×C); semantic: ``logits`` (N×C×H×W); points: ``logits`` (the heatmap);
+- restore: ``image`` (N×3×H×W).
+
+Only the batch dimension is dynamic: height and width are those of the export (the model's
+input size), since several families compute anchors, pads or positional embeddings from them.
+
+``model_summary(model, input_size)`` counts layers, parameters and GFLOPs (``LibreYOLO.info``).
+torch is imported on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+
+from zoo_core.errors import ExportError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["GRAPH_FORMATS", "OUTPUT_NAMES", "ONNX_OPSET", "export_graph", "inference_form", "model_summary"]
+
+# The graph formats and the suffix of their files.
+GRAPH_FORMATS = {"onnx": ".onnx", "torchscript": ".torchscript"}
+
+# The outputs of the exported graph, in order, per task (a task not listed returns ``output``).
+OUTPUT_NAMES: dict[str, tuple[str, ...]] = {
+    "detect": ("boxes", "scores"),
+    "classify": ("logits",),
+    "semantic": ("logits",),
+    "points": ("logits",),
+    "restore": ("image",),
+}
+
+# 17: LayerNormalization is native, GridSample (the DETR decoders' deformable attention) exists
+# since 16, and every onnxruntime of the last years runs it.
+ONNX_OPSET = 17
+
+INPUT_NAME = "images"
+
+
+def _as_tuple(outputs: Any, task: str, where: str) -> tuple["torch.Tensor", ...]:
+    """The eval outputs of a model as the flat tuple the graph returns (``OUTPUT_NAMES`` order)."""
+    import torch
+
+    if isinstance(outputs, torch.Tensor):
+        return (outputs,)
+    if isinstance(outputs, Mapping):
+        names = OUTPUT_NAMES.get(task, ())
+        if len(names) > 1 and all(isinstance(outputs.get(name), torch.Tensor) for name in names):
+            return tuple(outputs[name] for name in names)
+        raise ExportError(
+            f"{where}: in eval mode the model returns a dict with keys {sorted(outputs)}, but a {task} graph needs "
+            f"{', '.join(names) or 'one tensor'}; its family has to return them (zoo_core/tasks/base.py)"
+        )
+    if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(item, torch.Tensor) for item in outputs):
+        return tuple(outputs)
+    raise ExportError(f"{where}: in eval mode the model returns {type(outputs).__name__}, not tensors; it cannot be exported")
+
+
+def output_names(task: str, count: int) -> tuple[str, ...]:
+    """The names of the graph's ``count`` outputs for ``task``."""
+    names = OUTPUT_NAMES.get(task, ())
+    if len(names) == count:
+        return names
+    return ("output",) if count == 1 else tuple(f"output{index}" for index in range(count))
+
+
+def _graph_module(model: "torch.nn.Module", task: str, where: str) -> "torch.nn.Module":
+    """``model`` wrapped so that it returns the flat tuple of ``OUTPUT_NAMES``."""
+    import torch
+
+    class ExportedGraph(torch.nn.Module):
+        def __init__(self, inner: torch.nn.Module) -> None:
+            super().__init__()
+            self.model = inner
+
+        def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return _as_tuple(self.model(images), task, where)
+
+    return ExportedGraph(model).eval()
+
+
+def inference_form(model: "torch.nn.Module") -> "torch.nn.Module":
+    """A copy of ``model`` in eval mode, re-parameterised by its ``fuse()`` when it has one.
+
+    ``model`` itself is left as it was (its mode, its branches), so training can go on.
+    """
+    import torch
+
+    form = copy.deepcopy(model).eval()
+    fuse = getattr(form, "fuse", None)
+    if callable(fuse):
+        with torch.no_grad():
+            form = fuse() or form
+        form.eval()
+    for parameter in form.parameters():
+        parameter.requires_grad_(False)
+    return form
+
+
+@contextlib.contextmanager
+def _quiet_tracing() -> Iterator[None]:
+    """Silence the tracers' notes: TracerWarnings (Python values baked into the graph — only the
+    batch is dynamic, and the test suite runs every family's graph at two batch sizes) and the
+    deprecation notices of torch.jit and of the TorchScript-based ONNX exporter."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", torch.jit.TracerWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"torch\.onnx")
+        yield
+
+
+def _reason(error: BaseException) -> str:
+    """The first line of an exporter error, without the graph dump and the "please report" tail."""
+    text = str(error).strip() or type(error).__name__
+    text = text.splitlines()[0]
+    for tail in ("  [Caused by", " Please feel free", " Please report"):
+        text = text.split(tail)[0]
+    return text if len(text) <= 400 else text[:400] + "..."
+
+
+def _unsupported_operator(error: BaseException) -> str | None:
+    """The operator an ONNX exporter error names (``aten::roll``, ``adaptive_avg_pool2d``), if any."""
+    found = re.search(r"operator '?([A-Za-z_]+::[A-Za-z0-9_.]+|[A-Za-z_][A-Za-z0-9_]*)'?", _reason(error))
+    return found.group(1) if found else None
+
+
+def export_graph(
+    model: "torch.nn.Module",
+    format: str,
+    path: str | Path,
+    *,
+    name: str,
+    task: str,
+    input_size: int | Sequence[int],
+    metadata: Mapping[str, Any] | None = None,
+    batch: int = 1,
+) -> Path:
+    """Write ``model``'s inference form as ``format`` (``"onnx"`` or ``"torchscript"``) to ``path``.
+
+    Args:
+        model: the built model (left unchanged: a fused copy is exported).
+        name: the model's name (``yolo9-t``), for messages.
+        task: decides the outputs (``OUTPUT_NAMES``).
+        input_size: the traced height and width (an int is square).
+        metadata: JSON-able facts stored with the graph (ONNX: metadata properties, when the
+            ``onnx`` package is installed; TorchScript: the extra file ``zoo.json``).
+        batch: the batch of the example input; the exported batch dimension is dynamic.
+
+    Raises ``ExportError`` naming the model and, for an operator without an ONNX mapping, the
+    operator.
+    """
+    import torch
+
+    if format not in GRAPH_FORMATS:
+        raise ExportError(f"unknown graph format {format!r}; the formats are {', '.join(GRAPH_FORMATS)}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    height, width = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
+    example = torch.rand(batch, 3, int(height), int(width), generator=torch.Generator().manual_seed(0))
+    form = inference_form(model)
+    graph = _graph_module(form, task, name)
+    with torch.no_grad():
+        count = len(graph(example))
+    names = output_names(task, count)
+    facts = {"name": name, "task": task, "input_size": [int(height), int(width)], "inputs": [INPUT_NAME],
+             "outputs": list(names), **dict(metadata or {})}
+    temporary = path.with_name(f".{path.name}.partial")
+    try:
+        with _quiet_tracing(), torch.no_grad():
+            if format == "onnx":
+                _write_onnx(graph, example, temporary, names, facts, name)
+            else:
+                _write_torchscript(graph, example, temporary, facts, name)
+        temporary.replace(path)
+    finally:
+        temporary.unlink(missing_ok=True)
+    return path
+
+
+def _write_onnx(graph: "torch.nn.Module", example: "torch.Tensor", path: Path, names: Sequence[str],
+                facts: Mapping[str, Any], name: str) -> None:
+    import torch
+
+    # The TorchScript-based exporter (dynamo=False): torch 2.14 still ships it, it needs no package
+    # beyond torch, and it exports every family. The torch.export-based default (dynamo=True)
+    # needs the separate `onnxscript` package, which zoo does not depend on.
+    dynamic = {INPUT_NAME: {0: "batch"}, **{output: {0: "batch"} for output in names}}
+    try:
+        torch.onnx.export(
+            graph, (example,), str(path), dynamo=False, input_names=[INPUT_NAME], output_names=list(names),
+            dynamic_axes=dynamic, opset_version=ONNX_OPSET, do_constant_folding=True,
+        )
+    except ExportError:
+        raise
+    except Exception as error:  # noqa: BLE001 - every exporter failure becomes one clear error
+        operator = _unsupported_operator(error)
+        where = f"the operator {operator} has no ONNX export here (opset {ONNX_OPSET}): " if operator else ""
+        raise ExportError(f"{name} cannot be exported to ONNX: {where}{_reason(error)}") from error
+    _add_onnx_metadata(path, facts)
+
+
+def _add_onnx_metadata(path: Path, facts: Mapping[str, Any]) -> None:
+    """Store ``facts`` as the graph's metadata properties (skipped without the ``onnx`` package)."""
+    try:
+        import onnx
+    except ImportError:
+        return
+    proto = onnx.load(str(path))
+    for key, value in facts.items():
+        entry = proto.metadata_props.add()
+        entry.key, entry.value = f"zoo.{key}", value if isinstance(value, str) else json.dumps(value)
+    onnx.save(proto, str(path))
+
+
+def _write_torchscript(graph: "torch.nn.Module", example: "torch.Tensor", path: Path, facts: Mapping[str, Any],
+                       name: str) -> None:
+    import torch
+
+    # Traced rather than scripted: the families' forward passes use Python freely (dicts, loops
+    # over levels, dataclasses), which torch.jit.script rejects; tracing records the tensor ops,
+    # sizes included, so the batch stays dynamic.
+    try:
+        traced = torch.jit.trace(graph, (example,), check_trace=False, strict=False)
+    except Exception as error:  # noqa: BLE001
+        raise ExportError(f"{name} cannot be exported to TorchScript: {_reason(error)}") from error
+    torch.jit.save(traced, str(path), _extra_files={"zoo.json": json.dumps(facts)})
+
+
+def model_summary(model: "torch.nn.Module", input_size: int | Sequence[int]) -> dict[str, Any]:
+    """Layers, parameters and GFLOPs of ``model`` on one image of ``input_size``.
+
+    ``layers`` counts the modules that hold parameters of their own (a conv, a norm, a linear);
+    ``parameters`` counts every parameter. ``gflops`` is torch's ``FlopCounterMode`` count of one
+    eval-mode forward pass at batch 1, in the usual convention of 2 FLOPs per multiply-add
+    (GFLOPs = 2 × GMACs; resnet18 at 224: 1.8 GMACs, 3.6 GFLOPs). It counts matrix products and
+    convolutions (attention included), not element-wise operations or normalisations, and is
+    taken on the model as built: re-parameterisable branches count unmerged. None when the
+    forward pass fails at that size.
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    layers = sum(1 for module in model.modules() if any(True for _ in module.parameters(recurse=False)))
+    parameters = sum(parameter.numel() for parameter in model.parameters())
+    height, width = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
+    parameter = next(model.parameters(), None)
+    device = parameter.device if parameter is not None else torch.device("cpu")
+    was_training = model.training
+    counter = FlopCounterMode(display=False)
+    gflops: float | None
+    try:
+        model.eval()
+        with torch.no_grad(), counter:
+            model(torch.zeros(1, 3, int(height), int(width), device=device))
+        gflops = counter.get_total_flops() / 1e9
+    except Exception:  # noqa: BLE001 - a summary never fails; the count is unknown
+        gflops = None
+    finally:
+        model.train(was_training)
+    return {"layers": layers, "parameters": parameters, "gflops": gflops}

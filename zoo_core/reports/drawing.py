@@ -1,0 +1,155 @@
+"""Drawing on images: class colours, captions sized to the picture, boxes, masks and batch grids.
+
+Images are uint8 ``3×H×W`` RGB tensors (what the tasks load); ``image_grid`` and ``save_image``
+turn them into the JPEG/PNG files people open. torchvision's ``draw_*`` utilities do the drawing.
+"""
+
+from __future__ import annotations
+
+import colorsys
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "class_colour", "drawing_sizes", "caption_font", "as_numpy_image", "draw_boxes", "draw_mask", "draw_caption",
+    "image_grid", "save_image", "as_uint8_images", "draw_box_batch", "draw_captioned_batch", "IMAGES_PER_GRID",
+]
+
+IMAGES_PER_GRID = 16
+
+
+def class_colour(index: int) -> tuple[int, int, int]:
+    """A distinct, stable RGB colour for class ``index`` (golden-ratio steps around the hue circle)."""
+    hue = (index * 0.618033988749895 + 0.1) % 1.0
+    red, green, blue = colorsys.hsv_to_rgb(hue, 0.8, 0.95)
+    return int(red * 255), int(green * 255), int(blue * 255)
+
+
+def drawing_sizes(shape: tuple[int, int]) -> tuple[int, int]:
+    """``(caption font size, line width)`` in pixels for an image of ``(height, width)``."""
+    short_side = min(shape)
+    return max(10, round(short_side * 0.03)), max(1, round(short_side / 320))
+
+
+def caption_font() -> str | None:
+    """A TrueType font for captions: DejaVu Sans from matplotlib's data (a dependency), if present."""
+    import matplotlib
+
+    path = Path(matplotlib.get_data_path()) / "fonts" / "ttf" / "DejaVuSans.ttf"
+    return str(path) if path.is_file() else None
+
+
+def as_numpy_image(image: torch.Tensor) -> np.ndarray:
+    """A uint8 ``3×H×W`` tensor as an ``H×W×3`` NumPy array."""
+    return image.detach().cpu().permute(1, 2, 0).contiguous().numpy()
+
+
+def draw_boxes(
+    image: torch.Tensor,
+    boxes: torch.Tensor,
+    labels: Sequence[int],
+    names: Mapping[int, str],
+    scores: Sequence[float] | None = None,
+) -> torch.Tensor:
+    """``image`` with xyxy ``boxes`` (input pixels), captioned ``name`` or ``name score`` on a filled box in the class colour."""
+    from torchvision.utils import draw_bounding_boxes
+
+    labels = [int(label) for label in labels]
+    if not labels:
+        return image
+    if scores is None:
+        captions = [str(names.get(label, label)) for label in labels]
+    else:
+        captions = [f"{names.get(label, label)} {float(score):.2f}" for label, score in zip(labels, scores)]
+    colours = [class_colour(label) for label in labels]
+    # Captions on a filled box in the class colour, sized to the image: readable on busy pictures.
+    font_size, line = drawing_sizes((int(image.shape[-2]), int(image.shape[-1])))
+    return draw_bounding_boxes(
+        image, boxes.detach().float().cpu().reshape(-1, 4), labels=captions, colors=colours, width=line,
+        font=caption_font(), font_size=font_size, label_colors=(255, 255, 255), label_background_colors=colours,
+        fill_labels=True,
+    )
+
+
+def draw_mask(image: torch.Tensor, mask: torch.Tensor, alpha: float = 0.5, ignore_index: int | None = None) -> torch.Tensor:
+    """``image`` with each class of the ``H×W`` class-index ``mask`` overlaid in its colour (``ignore_index`` left bare)."""
+    from torchvision.utils import draw_segmentation_masks
+
+    mask = mask.detach().cpu()
+    present = [int(value) for value in torch.unique(mask) if ignore_index is None or int(value) != ignore_index]
+    if not present:
+        return image
+    masks = torch.stack([mask == value for value in present])
+    return draw_segmentation_masks(image, masks, alpha=alpha, colors=[class_colour(value) for value in present])
+
+
+def draw_caption(image: torch.Tensor, lines: Sequence[str], colour: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor:
+    """``image`` with ``lines`` written top-left, white on a filled ``colour`` box, sized to the image."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    canvas = Image.fromarray(as_numpy_image(image))
+    draw = ImageDraw.Draw(canvas)
+    font_size, _ = drawing_sizes(canvas.size[::-1])
+    font_path = caption_font()
+    font = ImageFont.truetype(font_path, font_size) if font_path else ImageFont.load_default()
+    top = 2
+    for line in lines:
+        left, upper, right, lower = draw.textbbox((4, top), line, font=font)
+        draw.rectangle((left - 2, upper - 1, right + 2, lower + 1), fill=colour)
+        draw.text((4, top), line, fill=(255, 255, 255), font=font)
+        top = lower + 3
+    return torch.from_numpy(np.asarray(canvas).copy()).permute(2, 0, 1)
+
+
+def image_grid(images: Sequence[torch.Tensor], columns: int | None = None, padding: int = 2) -> torch.Tensor:
+    """Equal-sized uint8 ``3×H×W`` images tiled row by row (square-ish when ``columns`` is None)."""
+    import math
+
+    from torchvision.utils import make_grid
+
+    if not images:
+        raise ValueError("image_grid needs at least one image")
+    columns = columns or math.ceil(math.sqrt(len(images)))
+    return make_grid(torch.stack([image.cpu() for image in images]), nrow=columns, padding=padding, pad_value=255)
+
+
+def save_image(image: torch.Tensor | np.ndarray, path: Path) -> Path:
+    """Write a uint8 ``3×H×W`` tensor or ``H×W×3`` array as a JPEG (quality 90) or PNG, by ``path``'s suffix."""
+    from PIL import Image
+
+    array = as_numpy_image(image) if isinstance(image, torch.Tensor) else image
+    path.parent.mkdir(parents=True, exist_ok=True)
+    options = {"quality": 90} if path.suffix.lower() in (".jpg", ".jpeg") else {}
+    Image.fromarray(array).save(path, **options)
+    return path
+
+
+def as_uint8_images(images: torch.Tensor) -> torch.Tensor:
+    """A batch of images (uint8, or float in [0, 1]) as uint8 ``N×3×H×W`` on the CPU."""
+    images = images.detach().cpu()
+    return images if images.dtype == torch.uint8 else images.float().clamp(0, 1).mul(255).round().to(torch.uint8)
+
+
+def draw_box_batch(images: torch.Tensor, rows: torch.Tensor, names: Mapping[int, str]) -> torch.Tensor:
+    """The first ``IMAGES_PER_GRID`` images of a batch in a grid, each with its boxes.
+
+    ``rows`` is ``M×6`` (image index, class, x1, y1, x2, y2 in input pixels): a detection batch's
+    ``targets``; a seventh column, when present, is a score written in the caption.
+    """
+    images = as_uint8_images(images[:IMAGES_PER_GRID])
+    rows = rows.detach().float().cpu()
+    drawn = []
+    for position, image in enumerate(images):
+        mine = rows[rows[:, 0] == position]
+        scores = mine[:, 6].tolist() if mine.shape[1] > 6 else None
+        drawn.append(draw_boxes(image, mine[:, 2:6], mine[:, 1].long().tolist(), names, scores=scores))
+    return image_grid(drawn)
+
+
+def draw_captioned_batch(images: torch.Tensor, captions: Sequence[Sequence[str]]) -> torch.Tensor:
+    """The first ``IMAGES_PER_GRID`` images of a batch in a grid, image ``i`` captioned with the lines ``captions[i]``."""
+    images = as_uint8_images(images[:IMAGES_PER_GRID])
+    return image_grid([draw_caption(image, lines) for image, lines in zip(images, captions)])
