@@ -41,6 +41,8 @@ __all__ = [
 LIBREYOLO_SCHEMA_VERSION = "1.0"
 LIBREYOLO_WRITER_VERSION = "1.6.0"  # the LibreYOLO release whose loader these files are tested against
 LIBREYOLO_METADATA_KEYS = ("schema_version", "libreyolo_version", "model_family", "size", "task", "nc", "names", "imgsz")
+# Tasks LibreYOLO names differently (zoo's name -> LibreYOLO's).
+LIBREYOLO_TASK_NAMES = {"points": "point"}
 _CONTAINERS = ("state_dict", "params_ema", "params", "model", "ema")
 Format = Literal["zoo", "libreyolo", "state_dict"]
 
@@ -113,9 +115,14 @@ def _libreyolo(path: Path, content: Mapping[str, Any]) -> RecognisedWeights:
         name_map = {index: str(value) for index, value in enumerate(names)}
     return RecognisedWeights(
         path=path, format="libreyolo", state_dict=_checked_state_dict(path, content["model"], "its 'model'"),
-        family=str(content["model_family"]), size=str(size), task=str(content["task"]), num_classes=int(nc),
+        family=str(content["model_family"]), size=str(size), task=_zoo_task_name(str(content["task"])), num_classes=int(nc),
         names=name_map, input_size=_libreyolo_input_size(content, int(imgsz)),
     )
+
+
+def _zoo_task_name(libreyolo_task: str) -> str:
+    """zoo's name of a LibreYOLO task (``point`` -> ``points``)."""
+    return {value: key for key, value in LIBREYOLO_TASK_NAMES.items()}.get(libreyolo_task, libreyolo_task)
 
 
 def _libreyolo_input_size(content: Mapping[str, Any], imgsz: int) -> "ImageSize":
@@ -175,7 +182,7 @@ def libreyolo_checkpoint(state_dict: Mapping[str, "torch.Tensor"], *, family: st
         "libreyolo_version": LIBREYOLO_WRITER_VERSION,
         "model_family": family,
         "size": size,
-        "task": task,
+        "task": LIBREYOLO_TASK_NAMES.get(task, task),
         "nc": max(len(names), 1),
         "names": {int(key): str(value) for key, value in names.items()} or {0: "image"},
         "imgsz": int(input_size),

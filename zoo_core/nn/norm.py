@@ -1,11 +1,35 @@
-"""Normalisation layers for channels-first (N×C×H×W) feature maps."""
+"""Normalisation layers for channels-first (N×C×H×W) feature maps, and the BatchNorm momentum option."""
 
 from __future__ import annotations
+
+from typing import Any, Mapping
 
 import torch
 from torch import nn
 
-__all__ = ["LayerNorm2d"]
+__all__ = ["BN_MOMENTUM_OPTION", "LayerNorm2d", "apply_batchnorm_momentum_option"]
+
+# The build option that sets every BatchNorm's running-statistics momentum. The YOLO lines publish
+# 0.03, which suits runs of hundreds of epochs; a run of a hundred steps (a quick fine-tune, the
+# suite's learning tests) needs torch's 0.1, or its eval-mode statistics still lag the weights.
+BN_MOMENTUM_OPTION = "bn_momentum"
+
+
+def apply_batchnorm_momentum_option(model: nn.Module, options: Mapping[str, Any], *, family: str) -> nn.Module:
+    """Give every BatchNorm of ``model`` the momentum of ``options["bn_momentum"]``, when given.
+
+    Raises a ``ValueError`` naming the family and the option for anything but a number in (0, 1].
+    Returns ``model``.
+    """
+    if BN_MOMENTUM_OPTION not in options:
+        return model
+    momentum = options[BN_MOMENTUM_OPTION]
+    if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0 < momentum <= 1:
+        raise ValueError(f"{family} option {BN_MOMENTUM_OPTION!r} must be a number in (0, 1], got {momentum!r}")
+    for module in model.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            module.momentum = float(momentum)
+    return model
 
 
 class LayerNorm2d(nn.Module):
