@@ -42,19 +42,18 @@ def sample_on_itself(tmp_path: Path, task: str, *, images: int, size: int) -> Pa
 
 
 def test_yolo9_t_overfits_a_fixed_sample_to_a_high_map(tmp_path):
-    data = sample_on_itself(tmp_path, "detect", images=32, size=128)
-    torch.manual_seed(0)
-    model = LibreYOLO("yolo9-t")
-    model.train(data=str(data), epochs=50, batch=8, imgsz=128, nbs=8, optimizer="AdamW", lr0=0.003, mosaic=0.0,
-                close_mosaic=0, **OVERFIT)
-    metrics = model.val(data=str(data), batch=8, imgsz=128, workers=0)
-    print(f"yolo9-t on its 32 training scenes: {metrics}")
+    """YOLOv9-t on 8 scenes of 96 px, 100 full-batch AdamW steps; then it draws what it was shown.
+
+    The published BatchNorm momentum 0.03 leaves the running statistics of an 80-step run far
+    behind the weights: the run builds the model with torch's 0.1 (build option ``bn_momentum``).
+    """
+    from tests import family_checks as checks
+
+    model, metrics, images = checks.overfit_fixed_sample(
+        tmp_path, "yolo9-t", "detect", images=8, size=96, batch=8, options={"bn_momentum": 0.1},
+        val_options={"plots": False}, epochs=100, nbs=8, optimizer="AdamW", lr0=0.005, mosaic=0.0, close_mosaic=0)
     assert metrics["mAP50"] > 0.8 and metrics["mAP50-95"] > 0.6
-    first = yaml.safe_load(data.read_text())["path"] + "/images/train/000000.png"
-    (result,) = model.predict(first, save=True, conf=0.5)
-    truth = [line.split()[0] for line in Path(first.replace("images", "labels").replace(".png", ".txt")).read_text().splitlines()]
-    assert sorted(result.labels.tolist()) == sorted(int(label) for label in truth)
-    assert result.save_path is not None and result.save_path.is_file()
+    checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
 
 
 def test_unet_s_overfits_a_fixed_sample_far_above_the_untrained_model(tmp_path):

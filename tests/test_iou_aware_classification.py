@@ -34,6 +34,22 @@ def test_varifocal_weight_is_not_differentiated():
     assert torch.allclose(logits.grad, (probability * probability**2).reshape(1), atol=1e-6)
 
 
+def test_varifocal_weight_keeps_its_gradient_when_asked():
+    # PP-YOLOE / YOLO-NAS / PicoDet: d/dx [BCE(x, 0) * alpha * p**gamma]
+    #   = alpha * (p * p**gamma + BCE(x, 0) * gamma * p**(gamma - 1) * p * (1 - p)), BCE(x, 0) = -ln(1 - p)
+    logits = torch.tensor([1.5, -0.5], requires_grad=True)
+    loss = varifocal_loss(logits, torch.zeros(2), alpha=0.75, gamma=2.0, detach_weight=False)
+    assert torch.allclose(loss, varifocal_loss(logits.detach(), torch.zeros(2)), atol=0)  # same values
+    loss.sum().backward()
+    p = torch.sigmoid(logits.detach())
+    expected = 0.75 * (p * p**2 + -torch.log1p(-p) * 2.0 * p * p * (1 - p))
+    assert torch.allclose(logits.grad, expected, atol=1e-6)
+    # a positive's weight is its (constant) target: both modes agree there
+    positive = torch.tensor([0.3], requires_grad=True)
+    varifocal_loss(positive, torch.tensor([0.9]), detach_weight=False).sum().backward()
+    assert torch.allclose(positive.grad, 0.9 * (torch.sigmoid(torch.tensor([0.3])) - 0.9), atol=1e-7)
+
+
 def test_quality_focal_modulates_every_element_by_the_distance_to_its_target():
     loss = quality_focal_loss(torch.zeros(2), torch.tensor([0.8, 0.0]), beta=2.0)
     assert torch.allclose(loss, torch.tensor([0.09 * LN2, 0.25 * LN2]), atol=1e-7)

@@ -24,7 +24,7 @@ from zoo_core.key_renaming import KeyRenamer
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LIBREYOLO_KEYS", "UPSTREAM_KEYS", "convert"]
+__all__ = ["LIBREYOLO_KEYS", "UPSTREAM_KEYS", "class_tower_option", "convert"]
 
 _LEAVES = [
     (".conv.weight$", ".0.weight$"),
@@ -84,8 +84,12 @@ UPSTREAM_KEYS = KeyRenamer([
 _INFERENCE_LAYERS = set(_LAYER_NAMES)
 
 
-def _tower_option(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, int]:
-    """``class_channels`` when the file's class towers are not the width zoo builds by default."""
+def class_tower_option(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, int]:
+    """``{"class_channels": width}`` when the class towers of a zoo-keyed state dict are not the
+    width zoo builds by default (``max(first neck width, min(classes, 100))``), else ``{}``.
+
+    Public: every family with YOLOv9's DDetect head (``yolo9_e2e`` too) passes it on as a builder option.
+    """
     tower = state_dict.get("head.class_branches.0.0.0.weight")
     classifier = state_dict.get("head.class_branches.0.2.weight")
     if tower is None or classifier is None:
@@ -118,4 +122,4 @@ def convert(state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) 
         return ConvertedWeights(LIBREYOLO_KEYS.from_zoo(state_dict))
     else:
         return None
-    return ConvertedWeights(converted, options=_tower_option(converted))
+    return ConvertedWeights(converted, options=class_tower_option(converted))

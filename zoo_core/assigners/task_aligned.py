@@ -7,11 +7,16 @@ best become positives. An anchor claimed by several boxes keeps the one its pred
 most. Positives learn a soft class target, ``t`` rescaled per box so that its best anchor's
 target equals that box's best IoU (the "normalised alignment"). YOLOv9 uses ``top_k=10,
 alpha=0.5, beta=6.0``.
+
+PP-YOLOE and YOLO-NAS (``top_k=13, alpha=1, beta=6``) differ in two details, both keywords here:
+they measure ``u`` with the plain IoU (``iou_kind="iou"``), and an anchor claimed twice goes to
+the box its prediction overlaps most among *all* boxes of the image, claimant or not
+(``contested="all"``, PaddleDetection's ``compute_max_iou_anchor``).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -41,19 +46,42 @@ class TaskAlignedAssignment(NamedTuple):
 class TaskAlignedAssigner:
     """Assign ground-truth boxes to anchors by the task-alignment metric (stateless, picklable)."""
 
-    def __init__(self, num_classes: int, top_k: int = 10, alpha: float = 0.5, beta: float = 6.0, eps: float = 1e-9) -> None:
+    def __init__(
+        self,
+        num_classes: int,
+        top_k: int = 10,
+        alpha: float = 0.5,
+        beta: float = 6.0,
+        eps: float = 1e-9,
+        *,
+        iou_kind: Literal["ciou", "iou"] = "ciou",
+        contested: Literal["claimants", "all"] = "claimants",
+    ) -> None:
+        """``iou_kind``: the overlap in the metric and the soft target (``"ciou"``: YOLOv8/v9;
+        ``"iou"``: PP-YOLOE/YOLO-NAS). ``contested``: an anchor claimed by several boxes keeps the
+        claimant its prediction overlaps most (``"claimants"``), or the best-overlapping box of
+        the image (``"all"``: PP-YOLOE/YOLO-NAS)."""
         if num_classes < 1:
             raise ValueError(f"num_classes must be at least 1, got {num_classes}")
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1 anchor per box, got {top_k}")
+        if iou_kind not in ("ciou", "iou"):
+            raise ValueError(f"iou_kind must be 'ciou' or 'iou', got {iou_kind!r}")
+        if contested not in ("claimants", "all"):
+            raise ValueError(f"contested must be 'claimants' or 'all', got {contested!r}")
         self.num_classes = num_classes
         self.top_k = top_k
         self.alpha = alpha
         self.beta = beta
         self.eps = eps
+        self.iou_kind = iou_kind
+        self.contested = contested
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(num_classes={self.num_classes}, top_k={self.top_k}, alpha={self.alpha}, beta={self.beta})"
+        return (
+            f"{type(self).__name__}(num_classes={self.num_classes}, top_k={self.top_k}, alpha={self.alpha}, "
+            f"beta={self.beta}, iou_kind={self.iou_kind!r}, contested={self.contested!r})"
+        )
 
     @torch.no_grad()
     def __call__(
@@ -96,19 +124,30 @@ class TaskAlignedAssigner:
         right_bottom = gt_boxes[:, :, None, 2:] - anchor_points[None, None]
         inside = torch.cat((left_top, right_bottom), dim=-1).amin(dim=-1).gt(self.eps) & gt_mask[:, :, None]
 
-        overlaps = aligned_box_iou(gt_boxes[:, :, None, :], pred_boxes[:, None, :, :], kind="ciou").clamp(min=0)
-        overlaps = overlaps * inside
+        if self.iou_kind == "ciou":
+            raw_overlaps = aligned_box_iou(gt_boxes[:, :, None, :], pred_boxes[:, None, :, :], kind="ciou").clamp(min=0)
+        else:  # PP-YOLOE's batch_iou_similarity (eps 1e-9)
+            raw_overlaps = aligned_box_iou(gt_boxes[:, :, None, :], pred_boxes[:, None, :, :], kind="iou", eps=self.eps)
+        overlaps = raw_overlaps * inside
         class_scores = pred_scores.transpose(1, 2).gather(1, gt_labels[:, :, None].expand(-1, -1, num_anchors))
-        alignment = class_scores.pow(self.alpha) * overlaps.pow(self.beta) * inside
+        # The metric of every (box, anchor) pair; candidates are the anchors inside the box. (A
+        # contested anchor given to the best box of the image may lie outside it: its target is
+        # still measured by this metric, as PP-YOLOE does.)
+        raw_alignment = class_scores.pow(self.alpha) * raw_overlaps.pow(self.beta)
+        alignment = raw_alignment * inside
 
         top_k = min(self.top_k, num_anchors)
         top_index = alignment.topk(top_k, dim=-1).indices
         in_top_k = torch.zeros_like(inside).scatter_(-1, top_index, True)
         positive = in_top_k & inside
 
-        # An anchor claimed by several ground truths keeps the one its prediction overlaps most.
+        # An anchor claimed by several ground truths keeps the one its prediction overlaps most
+        # (among its claimants, or among all real boxes of the image).
         claims = positive.sum(dim=1)
-        best_gt = overlaps.masked_fill(~positive, -1.0).argmax(dim=1)
+        if self.contested == "claimants":
+            best_gt = overlaps.masked_fill(~positive, -1.0).argmax(dim=1)
+        else:
+            best_gt = raw_overlaps.masked_fill(~gt_mask[:, :, None], -1.0).argmax(dim=1)
         contested = (claims > 1)[:, None, :]
         positive = torch.where(contested, F.one_hot(best_gt, num_gt).transpose(1, 2).bool(), positive)
 
@@ -119,9 +158,9 @@ class TaskAlignedAssigner:
         scores = F.one_hot(labels.clamp(min=0, max=num_classes - 1), num_classes).to(pred_scores.dtype)
         scores = scores * foreground[..., None]
 
-        alignment = alignment * positive
+        alignment = raw_alignment * positive
         best_alignment = alignment.amax(dim=-1, keepdim=True)
-        best_overlap = (overlaps * positive).amax(dim=-1, keepdim=True)
+        best_overlap = (raw_overlaps * positive).amax(dim=-1, keepdim=True)
         normalised = (alignment * best_overlap / (best_alignment + self.eps)).amax(dim=1)
         return TaskAlignedAssignment(
             labels=labels, boxes=boxes, scores=scores * normalised[..., None], foreground=foreground, gt_index=gt_index

@@ -72,20 +72,32 @@ class DetectionLossTerms(NamedTuple):
         return self.box + self.cls + self.dfl
 
 
-def pad_targets_per_image(targets: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def pad_targets_per_image(
+    targets: torch.Tensor, batch_size: int, num_classes: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Turn the task's M×6 targets (image index, class, x1, y1, x2, y2) into padded per-image tensors.
 
     Returns ``labels`` (B×G int64), ``boxes`` (B×G×4) and ``mask`` (B×G bool, False for padding),
-    with G the largest number of boxes of one image (0 when there are no targets).
+    with G the largest number of boxes of one image (0 when there are no targets). With
+    ``num_classes`` the class ids are checked to lie in ``[0, num_classes)`` too. The tensor shapes
+    depend on the data, so this reads three numbers from the device once (one synchronisation,
+    none for an empty batch); every check rides on that read.
     """
     if targets.dim() != 2 or targets.shape[1] != 6:
         raise ValueError(f"targets must be M×6 (image index, class, x1, y1, x2, y2), got shape {tuple(targets.shape)}")
     device = targets.device
     image_index = targets[:, 0].long()
-    if image_index.numel() and (image_index.min() < 0 or image_index.max() >= batch_size):
-        raise ValueError(f"target image indices must lie in [0, {batch_size}) for a batch of {batch_size} images")
-    counts = torch.bincount(image_index, minlength=batch_size)
-    max_boxes = int(counts.max()) if image_index.numel() else 0
+    max_boxes = 0
+    if image_index.numel():
+        counts = torch.bincount(image_index.clamp(min=0), minlength=batch_size)
+        class_ids = targets[:, 1].long()
+        first_index, last_index, max_boxes, first_class, last_class = torch.stack(
+            (image_index.min(), image_index.max(), counts.max(), class_ids.min(), class_ids.max())
+        ).tolist()
+        if first_index < 0 or last_index >= batch_size:
+            raise ValueError(f"target image indices must lie in [0, {batch_size}) for a batch of {batch_size} images")
+        if num_classes is not None and (first_class < 0 or last_class >= num_classes):
+            raise ValueError(f"target classes must lie in [0, {num_classes}); got {first_class}..{last_class}")
     labels = torch.zeros(batch_size, max_boxes, dtype=torch.int64, device=device)
     boxes = torch.zeros(batch_size, max_boxes, 4, dtype=targets.dtype, device=device)
     mask = torch.zeros(batch_size, max_boxes, dtype=torch.bool, device=device)
@@ -138,13 +150,9 @@ class TaskAlignedDetectionLoss:
         anchor_points, anchor_strides = outputs["anchor_points"], outputs["anchor_strides"]
         if class_logits.shape[-1] != self.num_classes:
             raise ValueError(f"the head predicts {class_logits.shape[-1]} classes but the loss was built for {self.num_classes}")
-        gt_labels, gt_boxes, gt_mask = pad_targets_per_image(targets.to(box_logits.device, torch.float32), batch_size)
-        if gt_mask.any():
-            real_labels = gt_labels[gt_mask]
-            if int(real_labels.min()) < 0 or int(real_labels.max()) >= self.num_classes:
-                raise ValueError(
-                    f"target classes must lie in [0, {self.num_classes}); got {int(real_labels.min())}..{int(real_labels.max())}"
-                )
+        gt_labels, gt_boxes, gt_mask = pad_targets_per_image(
+            targets.to(box_logits.device, torch.float32), batch_size, num_classes=self.num_classes
+        )
 
         pred_distances = distribution_to_distances(box_logits, self.reg_max) * anchor_strides
         pred_boxes = distances_to_boxes(pred_distances, anchor_points)
@@ -154,16 +162,16 @@ class TaskAlignedDetectionLoss:
         score_sum = assignment.scores.sum().clamp(min=1.0)
 
         cls_loss = F.binary_cross_entropy_with_logits(class_logits, assignment.scores, reduction="none").sum() / score_sum
-        foreground = assignment.foreground
-        # Keeps the box branch in the graph on batches without positives (DDP expects every
-        # parameter to receive a gradient, zero or not, on every rank).
-        box_loss = dfl_loss = box_logits.sum() * 0.0
-        if foreground.any():
-            weight = assignment.scores.sum(dim=-1)[foreground]
-            ciou = aligned_box_iou(pred_boxes[foreground], assignment.boxes[foreground], kind="ciou")
-            box_loss = box_loss + ((1.0 - ciou) * weight).sum() / score_sum
-            target_distances = boxes_to_distances(assignment.boxes, anchor_points) / anchor_strides
-            target_distances = target_distances[foreground].clamp(max=self.reg_max - 1 - 0.01)
-            bin_logits = box_logits[foreground].unflatten(-1, (4, self.reg_max))
-            dfl_loss = dfl_loss + (distribution_focal_loss(bin_logits, target_distances) * weight).sum() / score_sum
+        # Box and DFL terms over every anchor, weighted by its soft-target sum: zero for background
+        # anchors, whose terms are finite (boxes and distances are clamped, IoUs eps-guarded), so they
+        # add exact zeros. No data-dependent indexing, hence no device synchronisation; the box branch
+        # also stays in the graph on batches without positives (DDP expects a gradient for every
+        # parameter on every rank).
+        weight = assignment.scores.sum(dim=-1)  # B×A
+        ciou = aligned_box_iou(pred_boxes, assignment.boxes, kind="ciou")
+        box_loss = ((1.0 - ciou) * weight).sum() / score_sum
+        target_distances = boxes_to_distances(assignment.boxes, anchor_points) / anchor_strides
+        target_distances = target_distances.clamp(min=0.0, max=self.reg_max - 1 - 0.01)
+        bin_logits = box_logits.unflatten(-1, (4, self.reg_max))
+        dfl_loss = (distribution_focal_loss(bin_logits, target_distances) * weight).sum() / score_sum
         return DetectionLossTerms(box=box_loss, cls=cls_loss, dfl=dfl_loss)

@@ -30,6 +30,7 @@ def varifocal_loss(
     *,
     alpha: float = 0.75,
     gamma: float = 2.0,
+    detach_weight: bool = True,
 ) -> torch.Tensor:
     """Element-wise varifocal loss of class ``logits`` against soft ``target_scores``.
 
@@ -39,15 +40,17 @@ def varifocal_loss(
         positive: boolean mask of positive elements (the one-hot of the assigned class); by default
             the elements whose target is above zero.
         alpha, gamma: the negatives' weight ``alpha * sigmoid(logits) ** gamma`` (paper: 0.75, 2).
-
-    The weight is a constant for the gradient (detached), as in the paper.
+        detach_weight: treat the weight as a constant for the gradient (the default; RT-DETR's
+            code, whose BCE ``weight=`` argument is not differentiated). ``False`` lets the
+            negatives' weight ``alpha * p ** gamma`` carry its gradient, as the official code of
+            VarifocalNet (mmdet), PP-YOLOE, YOLO-NAS (super-gradients) and PP-PicoDet computes it.
     """
     if logits.shape != target_scores.shape:
         raise ValueError(f"logits {tuple(logits.shape)} and target_scores {tuple(target_scores.shape)} must have one shape")
     target_scores = target_scores.to(logits.dtype)
     if positive is None:
         positive = target_scores > 0
-    with torch.no_grad():
+    with torch.set_grad_enabled(torch.is_grad_enabled() and not detach_weight):
         probability = logits.sigmoid()
         weight = torch.where(positive, target_scores, alpha * probability.pow(gamma))
     return F.binary_cross_entropy_with_logits(logits, target_scores, reduction="none") * weight

@@ -66,13 +66,27 @@ def distribution_to_distances(box_logits: torch.Tensor, reg_max: int) -> torch.T
     """Expected distance (in bins, i.e. strides) of each side: ``(..., 4·reg_max)`` logits → ``(..., 4)``."""
     if box_logits.shape[-1] != 4 * reg_max:
         raise ValueError(f"box logits end in {box_logits.shape[-1]} values; expected 4 sides × reg_max={reg_max}")
+    if box_logits.dim() == 3:
+        # A head's N×A×(4·R) output is a transposed view of N×(4·R)×A maps: reduce the bins there
+        # (N×4×R×A, anchors innermost), as LibreYOLO's and the official DFL modules do. Same
+        # arithmetic in the same order, so decoded boxes match theirs bit for bit (a matmul over the
+        # bins rounds differently: up to 1-2 float32 steps of a box coordinate).
+        per_side = box_logits.transpose(1, 2).unflatten(1, (4, reg_max))
+        probabilities = per_side.softmax(dim=2)
+        bins = torch.arange(reg_max, device=box_logits.device, dtype=probabilities.dtype).view(1, 1, reg_max, 1)
+        return (probabilities * bins).sum(dim=2).transpose(1, 2)
     probabilities = box_logits.unflatten(-1, (4, reg_max)).softmax(dim=-1)
     bins = torch.arange(reg_max, device=box_logits.device, dtype=probabilities.dtype)
     return probabilities @ bins
 
 
 def decode_dense_predictions(outputs: dict[str, torch.Tensor], reg_max: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(boxes N×A×4 xyxy in input pixels, scores N×A×C probabilities)`` from a head's raw outputs."""
+    """``(boxes N×A×4 xyxy in input pixels, scores N×A×C probabilities)`` from a head's raw outputs.
+
+    LibreYOLO and the official code decode in grid units and multiply by the stride last,
+    ``(anchor / s ∓ d) · s``; with power-of-two strides that is bit-identical to ``anchor ∓ d · s``
+    computed here (scaling by 2^k is exact in floating point), so the order is left as it is.
+    """
     distances = distribution_to_distances(outputs["box_logits"], reg_max) * outputs["anchor_strides"]
     boxes = distances_to_boxes(distances, outputs["anchor_points"])
     return boxes, outputs["class_logits"].sigmoid()

@@ -12,11 +12,18 @@ backbone into PGI's auxiliary reversible branch.
 Every conv is ``ConvNormAct`` (conv → BatchNorm(eps 1e-3, momentum 0.03) → SiLU).
 ``fuse_for_inference`` folds BatchNorms into convs and merges ``RepConvN`` branches; the result
 computes the same function (up to float rounding) with fewer parameters and layers.
+
+The GELAN detector trunk shared by the YOLOv9 families (``yolo9``, ``yolo9_e2e``) lives here too:
+``GELANSpec`` (one size's widths and depths, the registry ``config``), ``GELANBackbone`` (stem, P2
+block, three downsample + RepNCSPELAN4 stages), ``GELANTopDownPath`` and ``GELANNeck`` (SPPELAN and
+the PAN), and the constants of the DDetect head they feed (``GELAN_STRIDES``, ``DDETECT_REG_MAX``,
+``DDETECT_BOX_GROUPS``).
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -37,7 +44,21 @@ __all__ = [
     "CBFuse",
     "fold_batch_norm",
     "fuse_for_inference",
+    "GELAN_STRIDES",
+    "DDETECT_REG_MAX",
+    "DDETECT_BOX_GROUPS",
+    "GELANSpec",
+    "GELANBackbone",
+    "GELANTopDownPath",
+    "GELANNeck",
 ]
+
+GELAN_STRIDES = (8, 16, 32)  # the P3, P4, P5 maps a GELAN trunk hands to its head
+DDETECT_REG_MAX = 16  # distance bins per box side of YOLOv9's DDetect head
+DDETECT_BOX_GROUPS = 4  # DDetect's box branch: grouped 3×3 and 1×1, one group per box side
+GELAN_P2_BLOCKS = ("elan1", "rep_ncsp_elan4")
+GELAN_DOWNSAMPLERS = ("aconv", "adown")
+GELAN_PGI_KINDS = ("auxiliary_neck", "reversible_backbone")
 
 
 # SyncBatchNorm (what DDP training converts BatchNorm2d to) folds the same way.
@@ -279,3 +300,169 @@ def fuse_for_inference(model: nn.Module) -> nn.Module:
         if isinstance(module, ConvNormAct):
             _fold_conv_norm_act(module)
     return model
+
+
+# ----------------------------------------------------------------------------- the GELAN trunk
+def _int_tuple(value: Any, length: int, key: str, where: str) -> tuple[int, ...]:
+    if not isinstance(value, (list, tuple)) or len(value) != length or not all(isinstance(v, int) and v > 0 for v in value):
+        raise ValueError(f"{where}: '{key}' must be a list of {length} positive integers, got {value!r}")
+    return tuple(value)
+
+
+def _int_tuples(value: Any, count: int, length: int, key: str, where: str) -> tuple[tuple[int, ...], ...]:
+    if not isinstance(value, (list, tuple)) or len(value) != count:
+        raise ValueError(f"{where}: '{key}' must be a list of {count} entries, got {value!r}")
+    return tuple(_int_tuple(item, length, f"{key}[{index}]", where) for index, item in enumerate(value))
+
+
+def _choice(value: Any, choices: Sequence[str], key: str, where: str) -> str:
+    if value not in choices:
+        raise ValueError(f"{where}: '{key}' must be one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+@dataclass(frozen=True)
+class GELANSpec:
+    """Widths and depths of one GELAN size (the ``config`` of a YOLOv9 family's registry entry).
+
+    Blocks are ``(out, split, branch)``: RepNCSPELAN4/ELAN1 output, the width of the 1×1 split
+    (``c3``) and of each branch (``c4``), in the order of the official YAML arguments. ``pgi``
+    names the kind of PGI auxiliary branch the size trains with (YOLOv9's ``pgi=True`` option);
+    a family without PGI leaves it out.
+    """
+
+    stem: tuple[int, ...]  # widths of the two stride-2 3×3 convs (P1, P2)
+    p2_block: str  # "elan1" (T, S) or "rep_ncsp_elan4" (M, C)
+    p2: tuple[int, ...]  # (out, split, branch) of the P2 block
+    downsample: str  # "aconv" (T, S, M) or "adown" (C)
+    repeats: int  # RepNBottlenecks in every RepNCSP
+    backbone: tuple[tuple[int, ...], ...]  # per P3, P4, P5: (downsample width, out, split, branch)
+    spp: tuple[int, ...]  # SPPELAN (out, hidden)
+    neck_top_down: tuple[tuple[int, ...], ...]  # P4 then P3 block (out, split, branch)
+    neck_bottom_up: tuple[tuple[int, ...], ...]  # P4 then P5: (downsample width, out, split, branch)
+    pgi: str | None = None  # "auxiliary_neck" (T, S) or "reversible_backbone" (M, C); None: no PGI branch
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any], where: str = "GELAN config") -> "GELANSpec":
+        """Validate a registry ``config`` mapping; errors name the key and the expected form."""
+        allowed = set(cls.__dataclass_fields__)
+        required = allowed - {"pgi"}
+        unknown, missing = set(config) - allowed, required - set(config)
+        if unknown or missing:
+            raise ValueError(
+                f"{where}: unknown keys {sorted(unknown)} / missing keys {sorted(missing)}; "
+                f"expected {sorted(required)} and optionally 'pgi'"
+            )
+        repeats = config["repeats"]
+        if not isinstance(repeats, int) or isinstance(repeats, bool) or repeats < 1:
+            raise ValueError(f"{where}: 'repeats' must be a positive integer, got {repeats!r}")
+        pgi = config.get("pgi")
+        return cls(
+            stem=_int_tuple(config["stem"], 2, "stem", where),
+            p2_block=_choice(config["p2_block"], GELAN_P2_BLOCKS, "p2_block", where),
+            p2=_int_tuple(config["p2"], 3, "p2", where),
+            downsample=_choice(config["downsample"], GELAN_DOWNSAMPLERS, "downsample", where),
+            repeats=repeats,
+            backbone=_int_tuples(config["backbone"], 3, 4, "backbone", where),
+            spp=_int_tuple(config["spp"], 2, "spp", where),
+            neck_top_down=_int_tuples(config["neck_top_down"], 2, 3, "neck_top_down", where),
+            neck_bottom_up=_int_tuples(config["neck_bottom_up"], 2, 4, "neck_bottom_up", where),
+            pgi=None if pgi is None else _choice(pgi, GELAN_PGI_KINDS, "pgi", where),
+        )
+
+
+def _downsampler(kind: str, in_channels: int, out_channels: int) -> nn.Module:
+    return AConv(in_channels, out_channels) if kind == "aconv" else ADown(in_channels, out_channels)
+
+
+def _upsample(x: torch.Tensor) -> torch.Tensor:
+    return F.interpolate(x, scale_factor=2.0, mode="nearest")
+
+
+class GELANBackbone(nn.Module):
+    """Stem, P2 block and three (downsample → RepNCSPELAN4) stages; returns the P3, P4, P5 maps.
+
+    ``injectable=True`` builds PGI's auxiliary reversible backbone: after each downsample, routed
+    features of the main backbone are added (CBFuse) before the stage's block.
+    """
+
+    def __init__(self, spec: GELANSpec, in_channels: int = 3, *, injectable: bool = False) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            ConvNormAct(in_channels, spec.stem[0], 3, 2), ConvNormAct(spec.stem[0], spec.stem[1], 3, 2)
+        )
+        if spec.p2_block == "elan1":
+            self.p2_block: nn.Module = ELAN1(spec.stem[1], *spec.p2)
+        else:
+            self.p2_block = RepNCSPELAN4(spec.stem[1], *spec.p2, spec.repeats)
+        width = spec.p2[0]
+        self.downsamples, self.blocks = nn.ModuleList(), nn.ModuleList()
+        self.out_channels: list[int] = []
+        for down_width, out, split, branch in spec.backbone:
+            self.downsamples.append(_downsampler(spec.downsample, width, down_width))
+            self.blocks.append(RepNCSPELAN4(down_width, out, split, branch, spec.repeats))
+            self.out_channels.append(out)
+            width = out
+        self.fuse_injection = CBFuse() if injectable else None
+
+    def forward(self, images: torch.Tensor, injections: Sequence[Sequence[torch.Tensor]] | None = None) -> list[torch.Tensor]:
+        """P3, P4, P5 feature maps of ``images`` (``injections[level]``: pieces to fuse at that level)."""
+        x = self.p2_block(self.stem(images))
+        levels = []
+        for level, (downsample, block) in enumerate(zip(self.downsamples, self.blocks)):
+            x = downsample(x)
+            if injections is not None:
+                if self.fuse_injection is None:
+                    raise ValueError("this backbone was built without injectable=True; it cannot fuse routed features")
+                x = self.fuse_injection(injections[level], x)
+            x = block(x)
+            levels.append(x)
+        return levels
+
+
+class GELANTopDownPath(nn.Module):
+    """SPPELAN on P5, then upsample-concat-RepNCSPELAN4 into P4 and into P3.
+
+    Returns ``(P3, P4, P5)``, P5 being the SPPELAN output. The neck's first half, and on its own
+    (with its own weights) PGI's auxiliary branch of YOLOv9-T/S.
+    """
+
+    def __init__(self, spec: GELANSpec, backbone_channels: Sequence[int]) -> None:
+        super().__init__()
+        c3, c4, c5 = backbone_channels
+        spp_out, spp_hidden = spec.spp
+        (p4_out, p4_split, p4_branch), (p3_out, p3_split, p3_branch) = spec.neck_top_down
+        self.spp = SPPELAN(c5, spp_out, spp_hidden)
+        self.merge_p4 = RepNCSPELAN4(spp_out + c4, p4_out, p4_split, p4_branch, spec.repeats)
+        self.merge_p3 = RepNCSPELAN4(p4_out + c3, p3_out, p3_split, p3_branch, spec.repeats)
+        self.out_channels = [p3_out, p4_out, spp_out]
+
+    def forward(self, features: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Top-down maps (P3, P4, P5) from backbone maps (P3, P4, P5)."""
+        p3, p4, p5 = features
+        top5 = self.spp(p5)
+        top4 = self.merge_p4(torch.cat((_upsample(top5), p4), dim=1))
+        top3 = self.merge_p3(torch.cat((_upsample(top4), p3), dim=1))
+        return [top3, top4, top5]
+
+
+class GELANNeck(nn.Module):
+    """PAN neck: the top-down path, then downsample-concat-RepNCSPELAN4 back to P4 and P5."""
+
+    def __init__(self, spec: GELANSpec, backbone_channels: Sequence[int]) -> None:
+        super().__init__()
+        self.top_down = GELANTopDownPath(spec, backbone_channels)
+        t3, t4, t5 = self.top_down.out_channels
+        (d4, p4_out, p4_split, p4_branch), (d5, p5_out, p5_split, p5_branch) = spec.neck_bottom_up
+        self.down_p4 = _downsampler(spec.downsample, t3, d4)
+        self.merge_p4 = RepNCSPELAN4(d4 + t4, p4_out, p4_split, p4_branch, spec.repeats)
+        self.down_p5 = _downsampler(spec.downsample, p4_out, d5)
+        self.merge_p5 = RepNCSPELAN4(d5 + t5, p5_out, p5_split, p5_branch, spec.repeats)
+        self.out_channels = [t3, p4_out, p5_out]
+
+    def forward(self, features: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Head inputs (P3, P4, P5) from backbone maps (P3, P4, P5)."""
+        top3, top4, top5 = self.top_down(features)
+        out4 = self.merge_p4(torch.cat((self.down_p4(top3), top4), dim=1))
+        out5 = self.merge_p5(torch.cat((self.down_p5(out4), top5), dim=1))
+        return [top3, out4, out5]
