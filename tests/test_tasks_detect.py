@@ -12,7 +12,7 @@ import torch
 import yaml
 from PIL import Image
 
-from zoo_core.data.augment import boxes_to_original, letterbox
+from zoo_core.data.augment import boxes_to_original, keep_visible_boxes, letterbox
 from zoo_core.data.errors import DatasetError, DatasetWarning
 from zoo_core.tasks import get_task
 from zoo_core.tasks.base import AugmentSettings, ModelContractError
@@ -298,6 +298,44 @@ def test_mosaic_keeps_every_box_on_its_rectangle(tmp_path: Path):
             stray = coloured_pixels(sample["image"], class_id) & ~covered & interior
             assert stray.sum() <= 4, f"seed {seed}: class {class_id} pixels outside every box"
     assert boxes_seen >= 12
+
+
+def test_mixup_blends_two_mosaics_and_keeps_both_sets_of_boxes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    root = tmp_path / "d"
+    make_dataset(root, {"train": [("a", (64, 64), [(0, (6, 6, 26, 30))]), ("b", (64, 64), [(1, (34, 30, 58, 58))])],
+                        "val": [("c", (32, 32), [])]})
+    task = DetectTask()
+    plain = AugmentSettings(hsv_h=0, hsv_s=0, hsv_v=0, translate=0.0, scale=0.0, fliplr=0.0, mosaic=1.0)
+    mixed = AugmentSettings(hsv_h=0, hsv_s=0, hsv_v=0, translate=0.0, scale=0.0, fliplr=0.0, mosaic=1.0, mixup=1.0)
+    spec = task.prepare(root / "data.yaml")
+    alone, blended = task.dataset(spec, "train", 64, plain), task.dataset(spec, "train", 64, mixed)
+    drawn: list[tuple[torch.Tensor, torch.Tensor]] = []
+    original = type(blended)._mosaic
+
+    def recording(self, index, settings):
+        image, boxes, classes = original(self, index, settings)
+        drawn.append((image, keep_visible_boxes(boxes, classes, (64, 64))[1]))  # the boxes a sample keeps
+        return image, boxes, classes
+
+    monkeypatch.setattr(type(blended), "_mosaic", recording)
+    random.seed(3)
+    sample = blended[0]
+    (first, first_classes), (second, second_classes) = drawn
+    # Every pixel lies between the two mosaics' pixels: a blend, not a paste.
+    low, high = torch.minimum(first, second).float(), torch.maximum(first, second).float()
+    assert bool(((sample["image"].float() >= low - 1) & (sample["image"].float() <= high + 1)).all())
+    assert not torch.equal(first, second), "the two mosaics should differ"
+    assert len(first_classes) > 0 and len(second_classes) > 0
+    assert sample["classes"].tolist() == first_classes.tolist() + second_classes.tolist()
+    # Without mixup the same draw gives one mosaic's boxes only.
+    random.seed(3)
+    assert len(alone[0]["classes"]) == len(first_classes)
+    alone.close_mosaic()
+    blended.close_mosaic()
+    assert blended.augment.mosaic == 0.0  # MixUp rides on mosaic: closing mosaic ends both
+    drawn.clear()
+    blended[0]
+    assert drawn == []
 
 
 def test_close_mosaic_turns_mosaic_off_and_leaves_the_rest(simple_yaml: Path):

@@ -317,7 +317,8 @@ def test_the_recipe_is_the_published_one():
     assert (defaults["ema_decay"], defaults["close_mosaic"], defaults["mosaic"], defaults["scale"]) == (0.9999, 0, 1.0, 0.9)
     assert manager.family("yolo7").sync_bn is True
     tiny = manager.training_recipe("yolo7", "tiny").config_defaults
-    assert (tiny["lrf"], tiny["translate"], tiny["scale"]) == (0.01, 0.1, 0.5)  # hyp.scratch.tiny.yaml
+    assert (tiny["lrf"], tiny["translate"], tiny["scale"], tiny["mixup"]) == (0.01, 0.1, 0.5, 0.05)  # hyp.scratch.tiny.yaml
+    assert defaults["mixup"] == 0.15  # hyp.scratch.p5.yaml
     # the implicit-knowledge tensors are not decayed (they sit with the BatchNorm weights)
     model = _build("tiny", 3)
     config = TrainConfig.build({"data": "shapes", "epochs": 10}, defaults=defaults)

@@ -151,7 +151,7 @@ def test_the_recipe_is_the_published_one_and_switches_the_l1_loss_on():
     assert (defaults["ema_decay"], defaults["close_mosaic"], defaults["mosaic"], defaults["scale"]) == (0.9998, 15, 1.0, 0.9)
     assert defaults["nbs"] is None and manager.family("yolox").sync_bn is True
     nano = manager.training_recipe("yolox", "n").config_defaults
-    assert (nano["mosaic"], nano["scale"]) == (0.5, 0.5)
+    assert (nano["mosaic"], nano["scale"], nano["mixup"], defaults["mixup"]) == (0.5, 0.5, 0.0, 1.0)  # MixUp off for nano
     # lr0 is the rate of 64 images (basic_lr_per_img 0.01 / 64): 16 images per step -> 0.0025, nesterov SGD
     model = _build("n")
     config = TrainConfig.build({"data": "shapes", "epochs": 20}, defaults=defaults)

@@ -32,7 +32,7 @@ __all__ = ["YOLOv7Recipe", "IMPLICIT_PARAMETERS"]
 
 IMPLICIT_PARAMETERS = ("implicit_add", "implicit_mul")  # zoo_yolo7.model.ImplicitDetectLevel
 _SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "tiny": {"lrf": 0.01, "translate": 0.1, "scale": 0.5},  # hyp.scratch.tiny.yaml
+    "tiny": {"lrf": 0.01, "translate": 0.1, "scale": 0.5, "mixup": 0.05},  # hyp.scratch.tiny.yaml
 }
 
 

@@ -12,7 +12,7 @@ What registry.yaml's ``train_defaults`` cannot say, this class does:
   zoo's ``flat_cosine`` shape with the flat part equal to the warm-up is that cosine; this
   recipe makes the warm-up quadratic and ties the flat part to it;
 - **sizes**: YOLOX-Nano trains with mosaic probability 0.5, Nano and Tiny with the mosaic scale
-  range (0.5, 1.5) (zoo's ``scale`` 0.5) instead of (0.1, 2) (``scale`` 0.9);
+  range (0.5, 1.5) (zoo's ``scale`` 0.5) instead of (0.1, 2) (``scale`` 0.9) and without MixUp;
 - **the L1 loss**: on for the last ``close_mosaic`` (15) epochs, when mosaic stops
   (``on_augmentation_closed``), off before.
 """
@@ -35,8 +35,9 @@ __all__ = ["YOLOXRecipe", "QuadraticWarmupSchedule", "LR_REFERENCE_BATCH"]
 
 LR_REFERENCE_BATCH = 64  # basic_lr_per_img = 0.01 / 64
 _SIZE_DEFAULTS: dict[str, dict[str, Any]] = {
-    "n": {"mosaic": 0.5, "scale": 0.5},  # exps/default/yolox_nano.py: mosaic_prob 0.5, mosaic_scale (0.5, 1.5)
-    "t": {"scale": 0.5},  # exps/default/yolox_tiny.py: mosaic_scale (0.5, 1.5)
+    # exps/default/yolox_nano.py: mosaic_prob 0.5, mosaic_scale (0.5, 1.5), enable_mixup False
+    "n": {"mosaic": 0.5, "scale": 0.5, "mixup": 0.0},
+    "t": {"scale": 0.5, "mixup": 0.0},  # exps/default/yolox_tiny.py: mosaic_scale (0.5, 1.5), enable_mixup False
 }
 
 

@@ -101,6 +101,7 @@ class TrainConfig(BaseModel):
     scale: float = Field(0.5, ge=0, lt=1)
     fliplr: float = Field(0.5, ge=0, le=1)
     mosaic: float = Field(1.0, ge=0, le=1)
+    mixup: float = Field(0.0, ge=0, le=1, description="probability of blending a mosaic with a second one (MixUp)")
     close_mosaic: int = Field(10, ge=0, description="turn mosaic off for the last N epochs")
 
     @field_validator("data", mode="before")

@@ -91,6 +91,7 @@ class TrainingRecipe:
         return AugmentSettings(
             enabled=config.augment, hsv_h=config.hsv_h, hsv_s=config.hsv_s, hsv_v=config.hsv_v, degrees=config.degrees,
             translate=config.translate, scale=config.scale, fliplr=config.fliplr, mosaic=config.mosaic,
+            mixup=config.mixup,
         )
 
     # ----------------------------------------------------------------- the step

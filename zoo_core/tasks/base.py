@@ -118,6 +118,7 @@ class AugmentSettings:
     scale: float = 0.5
     fliplr: float = 0.5
     mosaic: float = 1.0
+    mixup: float = 0.0
 
 
 def unwrap_model(model: "torch.nn.Module") -> "torch.nn.Module":

@@ -58,7 +58,7 @@ def detection_fitness(map50: float, map50_95: float) -> float:
 
 
 class DetectionDataset(Dataset):
-    """Letterboxed images with their boxes; random mosaic/affine/flip/HSV when ``augment`` is on.
+    """Letterboxed images with their boxes; random mosaic/MixUp/affine/flip/HSV when ``augment`` is on.
 
     ``close_mosaic()`` turns mosaic off for the remaining epochs (YOLO's ``close_mosaic``); it
     reaches loader workers started afterwards (not persistent ones started before).
@@ -76,7 +76,7 @@ class DetectionDataset(Dataset):
         return len(self.records)
 
     def close_mosaic(self) -> None:
-        """Stop using mosaic (the other augmentations stay); the settings object passed in is not changed."""
+        """Stop using mosaic, and with it MixUp (the other augmentations stay); the settings object passed in is not changed."""
         if self.augment is not None:
             self.augment = dataclasses.replace(self.augment, mosaic=0.0)
 
@@ -90,6 +90,31 @@ class DetectionDataset(Dataset):
         boxes = make_boxes(labels[:, 1:] * scale, (height, width))
         return image, boxes, labels[:, 0].long()
 
+    def _mosaic(self, index: int, settings: AugmentSettings) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """Image ``index`` and three random others in a 2×2 mosaic, randomly warped and cropped to the input size."""
+        size = self.image_size
+        pieces = []
+        for piece_index in [index] + [random.randrange(len(self.records)) for _ in range(3)]:
+            piece_image, piece_boxes, piece_classes = self.load(piece_index)
+            piece_image, piece_boxes, _, _ = resize_long_side(piece_image, size, boxes=piece_boxes)
+            pieces.append((piece_image, piece_boxes, piece_classes))
+        image, boxes, classes = mosaic4(pieces, size)
+        affine = random_affine(settings, translate_fraction=settings.translate / 2)
+        if affine is not None:
+            image, boxes = apply_v2(affine, image, boxes)
+        return F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size]), classes
+
+    def _mixup(self, first: tuple[torch.Tensor, Any, torch.Tensor],
+               second: tuple[torch.Tensor, Any, torch.Tensor]) -> tuple[torch.Tensor, Any, torch.Tensor]:
+        """MixUp (Zhang et al., 2018, as YOLOv5/YOLOv7 apply it to mosaics): the two images blended with a
+        ratio drawn from Beta(32, 32), both sets of boxes kept."""
+        ratio = random.betavariate(32.0, 32.0)
+        image = (first[0].float() * ratio + second[0].float() * (1.0 - ratio)).round_().to(torch.uint8)
+        size = (self.image_size, self.image_size)
+        first_boxes, first_classes = keep_visible_boxes(first[1], first[2], size)
+        second_boxes, second_classes = keep_visible_boxes(second[1], second[2], size)
+        return image, make_boxes(torch.cat([first_boxes, second_boxes]), size), torch.cat([first_classes, second_classes])
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         record = self.records[index]
         size = self.image_size
@@ -99,16 +124,9 @@ class DetectionDataset(Dataset):
             original_shape = tuple(image.shape[-2:])
             image, boxes, _, ratio_pad = letterbox(image, size, boxes=boxes)
         elif settings.mosaic > 0 and random.random() < settings.mosaic:
-            pieces = []
-            for piece_index in [index] + [random.randrange(len(self.records)) for _ in range(3)]:
-                piece_image, piece_boxes, piece_classes = self.load(piece_index)
-                piece_image, piece_boxes, _, _ = resize_long_side(piece_image, size, boxes=piece_boxes)
-                pieces.append((piece_image, piece_boxes, piece_classes))
-            image, boxes, classes = mosaic4(pieces, size)
-            affine = random_affine(settings, translate_fraction=settings.translate / 2)
-            if affine is not None:
-                image, boxes = apply_v2(affine, image, boxes)
-            image, boxes = F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size])
+            image, boxes, classes = self._mosaic(index, settings)
+            if settings.mixup > 0 and random.random() < settings.mixup:
+                image, boxes, classes = self._mixup((image, boxes, classes), self._mosaic(random.randrange(len(self)), settings))
             original_shape, ratio_pad = (size, size), ((1.0, 1.0), (0.0, 0.0))
         else:
             image, boxes, classes = self.load(index)
