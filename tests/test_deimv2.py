@@ -52,10 +52,12 @@ def build(family: str, size: str, num_classes: int = 3, options: dict | None = N
 
 
 # ---------------------------------------------------------------------------------------- the family
+@pytest.mark.slow
 def test_deimv2_atto_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
     learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=2e-3)
 
 
+@pytest.mark.slow
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():
     spawned_ranks_train_one_epoch(f"{FAMILY}-{SMALLEST}", {"num_queries": 10, "num_denoising": 10})
 

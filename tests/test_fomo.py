@@ -127,6 +127,7 @@ def test_decoding_matches_libreyolo_points_and_the_points_contract():
         assert (item["points"][:, 0] <= 64).all() and (item["points"][:, 1] <= 96).all()
 
 
+@pytest.mark.slow
 def test_fomo_s_overfits_a_fixed_sample_to_a_high_centroid_f1(tmp_path: Path):
     # the points task reads detection data
     model, metrics, images = checks.overfit_fixed_sample(tmp_path, "fomo-s", "detect", images=16, size=96, batch=8,
@@ -139,6 +140,7 @@ def test_fomo_s_overfits_a_fixed_sample_to_a_high_centroid_f1(tmp_path: Path):
     assert Image.open(result.save_path).size == (96, 96)
 
 
+@pytest.mark.slow
 def test_fomo_s_trains_one_epoch_on_two_spawned_cpu_ranks():
     model, result = checks.train_on_two_spawned_cpu_ranks("fomo-s", num_train=8, num_val=4, metric="f1")
     assert set(result.metrics) >= {"precision", "recall", "f1"}

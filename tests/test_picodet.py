@@ -190,6 +190,7 @@ def test_the_recipe_is_paddledetections_legacy_one():
     assert torch.equal(ema.module.state_dict()[name], model.state_dict()[name]) and ema.updates == 0
 
 
+@pytest.mark.slow
 def test_picodet_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """100 AdamW steps at batch 4 on 8 scenes of 64 px, constant rate, no warm-up, no EMA (measured mAP50 0.96)."""
     # The recipe reads lr0 as the rate of 512 images and scales it to the batch: 0.64 at batch 4 is AdamW at 5e-3,
@@ -201,6 +202,7 @@ def test_picodet_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: P
     checks.assert_detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)
 
 
+@pytest.mark.slow
 def test_picodet_s_trains_one_epoch_on_two_spawned_cpu_ranks():
     model, result = checks.train_on_two_spawned_cpu_ranks("picodet-s", num_train=8, num_val=4, metric="mAP50-95", warmup_iters=0)
     checks.assert_caller_holds_rank_zeros_best(model, result)

@@ -267,6 +267,7 @@ def test_the_recipe_is_the_published_one():
     assert schedule.factor(10 * 300 - 1) == pytest.approx(0.05, abs=1e-3)
 
 
+@pytest.mark.slow
 def test_rtmdet_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """RTMDet-t on 8 scenes of 96 px, 60 full-batch AdamW steps without warm-up.
 
@@ -287,6 +288,7 @@ def test_rtmdet_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Pa
     checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
 
 
+@pytest.mark.slow
 def test_rtmdet_t_trains_one_epoch_on_two_spawned_cpu_ranks():
     model, result = checks.train_on_two_spawned_cpu_ranks("rtmdet-t", num_train=4, num_val=2, metric="mAP50-95")
     checks.assert_caller_holds_rank_zeros_best(model, result)

@@ -334,6 +334,7 @@ def test_the_recipe_is_the_published_one():
     assert recipe.lr_schedule(config, 500, optimizer).warmup_iterations == 1500
 
 
+@pytest.mark.slow
 def test_yolo7_tiny_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """YOLOv7-tiny on 8 scenes of 96 px, 80 full-batch AdamW steps without warm-up (the recipe's
     1000-iteration minimum is switched off with ``warmup_iters=0``).
@@ -349,6 +350,7 @@ def test_yolo7_tiny_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: 
     checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
 
 
+@pytest.mark.slow
 def test_yolo7_tiny_trains_one_epoch_on_two_spawned_cpu_ranks():
     model, result = checks.train_on_two_spawned_cpu_ranks("yolo7-tiny", num_train=4, num_val=2, metric="mAP50-95")
     assert all(math.isfinite(value) for value in result.history[0].values() if isinstance(value, float))

@@ -300,6 +300,7 @@ def test_the_recipe_is_yolo9s_published_one():
     assert manager.family("yolo9_e2e").sync_bn is True and manager.family("yolo9_e2e").spawn is True
 
 
+@pytest.mark.slow
 def test_yolo9_e2e_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """YOLOv9-E2E-t on 8 scenes of 96 px, 80 full-batch AdamW steps, scored on its one-to-one head.
 
@@ -313,6 +314,7 @@ def test_yolo9_e2e_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path:
     checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
 
 
+@pytest.mark.slow
 def test_yolo9_e2e_t_trains_one_epoch_on_two_spawned_cpu_ranks():
     model, result = checks.train_on_two_spawned_cpu_ranks("yolo9_e2e-t", num_train=4, num_val=2, metric="mAP50-95", nbs=4)
     checks.assert_caller_holds_rank_zeros_best(model, result)

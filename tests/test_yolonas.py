@@ -219,6 +219,7 @@ def test_the_recipe_event_switches_from_atss_to_the_task_aligned_assigner():
     assert seen == [True, True, False, False]
 
 
+@pytest.mark.slow
 def test_yolonas_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """100 AdamW steps at batch 4 on 8 scenes of 64 px (no warm-up, no EMA: a 100-step run has no room for
     them). BatchNorm momentum 0.3 (build option; published 0.03): at 0.03 the running statistics of a
@@ -231,6 +232,7 @@ def test_yolonas_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: P
     checks.assert_detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)
 
 
+@pytest.mark.slow
 def test_yolonas_s_trains_one_epoch_on_two_spawned_cpu_ranks():
     model, result = checks.train_on_two_spawned_cpu_ranks("yolonas-s", num_train=8, num_val=4, metric="mAP50-95", warmup_iters=0)
     checks.assert_caller_holds_rank_zeros_best(model, result)

@@ -171,6 +171,7 @@ def test_the_recipe_is_the_published_one_and_switches_the_l1_loss_on():
     assert model.l1_loss_enabled
 
 
+@pytest.mark.slow
 def test_yolox_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """YOLOX-Nano on 8 scenes of 96 px, 80 full-batch AdamW steps.
 
@@ -186,6 +187,7 @@ def test_yolox_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Pat
     checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
 
 
+@pytest.mark.slow
 def test_yolox_n_trains_on_two_spawned_cpu_ranks_and_turns_the_l1_loss_on_when_mosaic_closes():
     model, result = checks.train_on_two_spawned_cpu_ranks("yolox-n", num_train=4, num_val=2, metric="mAP50-95",
                                                           epochs=2, close_mosaic=1)
