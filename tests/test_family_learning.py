@@ -41,6 +41,7 @@ def sample_on_itself(tmp_path: Path, task: str, *, images: int, size: int) -> Pa
     return path
 
 
+@pytest.mark.slow
 def test_yolo9_t_overfits_a_fixed_sample_to_a_high_map(tmp_path):
     """YOLOv9-t on 8 scenes of 96 px, 100 full-batch AdamW steps; then it draws what it was shown.
 
@@ -56,6 +57,7 @@ def test_yolo9_t_overfits_a_fixed_sample_to_a_high_map(tmp_path):
     checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
 
 
+@pytest.mark.slow
 def test_unet_s_overfits_a_fixed_sample_far_above_the_untrained_model(tmp_path):
     data = sample_on_itself(tmp_path, "semantic", images=4, size=64)
     torch.manual_seed(0)
@@ -70,6 +72,7 @@ def test_unet_s_overfits_a_fixed_sample_far_above_the_untrained_model(tmp_path):
     assert result.mask.shape == (64, 64) and result.save_path.is_file()
 
 
+@pytest.mark.slow
 def test_nafnet_s_overfits_a_fixed_sample_well_above_the_degraded_input(tmp_path):
     data = sample_on_itself(tmp_path, "restore", images=8, size=32)
     torch.manual_seed(0)

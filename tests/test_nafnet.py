@@ -261,7 +261,6 @@ def test_model_loss_is_the_psnr_loss_against_the_targets_or_charbonnier_on_reque
 
 
 # --------------------------------------------------------------------------- learning
-@pytest.mark.slow
 def test_nafnet_s_learns_to_denoise_with_the_published_optimiser(one_thread):
     """Real size-s network, 32×32 crops, AdamW(lr 1e-3, betas 0.9/0.9, wd 0) and the PSNR loss.
 

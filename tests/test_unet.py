@@ -271,7 +271,6 @@ def accuracy_and_miou(model: torch.nn.Module, images: torch.Tensor, masks: torch
     return (predicted == masks).float().mean().item(), sum(ious) / num_classes
 
 
-@pytest.mark.slow
 def test_unet_s_learns_two_drawn_scenes():
     torch.manual_seed(0)
     images, masks = draw_two_scenes()

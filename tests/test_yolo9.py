@@ -202,7 +202,6 @@ def _set_batch_norm_statistics(model: torch.nn.Module, images: torch.Tensor) -> 
         hook.remove()
 
 
-@pytest.mark.slow
 def test_yolo9_t_learns_and_finds_the_rectangles_it_was_shown():
     torch.manual_seed(0)
     batch = _synthetic_batch()
