@@ -6,12 +6,19 @@ LibreYOLO keeps the official repositories' names (``encoder.fpn_blocks``, ``deco
 - ``aifi_rules``, ``csp_rules``, ``elan_rules``: the hybrid encoder's parts;
 - ``distribution_detr_rules``: the whole D-FINE/DEIM/RT-DETRv4 model (HGNetv2 keys are timm's,
   the same in both), with ``DISTRIBUTION_DETR_DROP``: LibreYOLO buffers zoo recomputes;
-- ``delta_decoder_rules``: RT-DETR's decoder.
+- ``delta_decoder_rules``: RT-DETR's decoder;
+- ``distribution_detr_from_libreyolo`` / ``distribution_detr_to_libreyolo``: the whole conversion of
+  a D-FINE, DEIM or RT-DETRv4 checkpoint (one model family under three recipes).
 """
 
 from __future__ import annotations
 
-from zoo_core.detr.key_mapping import KeyRule
+from typing import TYPE_CHECKING, Mapping, Sequence
+
+from zoo_core.detr.key_mapping import KeyRule, add_batch_counters, rename_keys
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "aifi_rules",
@@ -20,6 +27,9 @@ __all__ = [
     "distribution_detr_rules",
     "delta_decoder_rules",
     "DISTRIBUTION_DETR_DROP",
+    "FROZEN_NORM_SIZES",
+    "distribution_detr_from_libreyolo",
+    "distribution_detr_to_libreyolo",
 ]
 
 # Buffers zoo recomputes, and the inner decoder's references to the outer ``up``/``reg_scale`` (the same tensors).
@@ -100,3 +110,27 @@ def distribution_detr_rules() -> list[KeyRule]:
         *_decoder_common_rules(),
     ]
     return rules
+
+
+#: Sizes whose LibreYOLO backbone, when loaded from a checkpoint, uses FrozenBatchNorm2d (no counters).
+FROZEN_NORM_SIZES = frozenset({"l", "x"})
+
+
+def distribution_detr_from_libreyolo(state_dict: Mapping[str, "torch.Tensor"], extra_drop: Sequence[str] = ()) -> dict[str, "torch.Tensor"]:
+    """A LibreYOLO (or official) D-FINE/DEIM/RT-DETRv4 ``model`` state dict → zoo keys.
+
+    Recomputed buffers are dropped (``DISTRIBUTION_DETR_DROP`` and ``extra_drop``), and BatchNorm
+    counters that frozen LibreYOLO backbones lack are added.
+    """
+    drop = (*DISTRIBUTION_DETR_DROP, *extra_drop)
+    return add_batch_counters(rename_keys(state_dict, distribution_detr_rules(), to_zoo=True, drop=drop))
+
+
+def distribution_detr_to_libreyolo(size: str, state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+    """zoo's D-FINE/DEIM/RT-DETRv4 state dict → LibreYOLO keys (its loader regenerates the dropped anchor buffers)."""
+    renamed = rename_keys(state_dict, distribution_detr_rules(), to_zoo=False)
+    for name in ("up", "reg_scale"):  # LibreYOLO's inner decoder holds the same two tensors
+        renamed[f"decoder.decoder.{name}"] = renamed[f"decoder.{name}"]
+    if size in FROZEN_NORM_SIZES:
+        renamed = {k: v for k, v in renamed.items() if not (k.startswith("backbone.") and k.endswith("num_batches_tracked"))}
+    return renamed
