@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import random
 import warnings
 from pathlib import Path
@@ -330,20 +332,24 @@ def test_mixup_blends_two_mosaics_and_keeps_both_sets_of_boxes(tmp_path: Path, m
     # Without mixup the same draw gives one mosaic's boxes only.
     random.seed(3)
     assert len(alone[0]["classes"]) == len(first_classes)
-    alone.close_mosaic()
-    blended.close_mosaic()
-    assert blended.augment.mosaic == 0.0  # MixUp rides on mosaic: closing mosaic ends both
+    blended.update_augmentation(dataclasses.replace(blended.augment, mosaic=0.0))
+    assert blended.augment.mixup > 0  # MixUp rides on mosaic: without mosaic there is none
     drawn.clear()
     blended[0]
     assert drawn == []
 
 
-def test_close_mosaic_turns_mosaic_off_and_leaves_the_rest(simple_yaml: Path):
-    settings = AugmentSettings(mosaic=1.0)
+def test_the_default_no_augmentation_phase_turns_mosaic_off_and_leaves_the_rest(simple_yaml: Path):
+    from zoo_core.engine.recipe import TrainingRecipe
+    from zoo_core.plugin_manager import get_plugin_manager
+
+    settings = AugmentSettings(mosaic=1.0, mixup=0.5, multi_scale=True)
     task = DetectTask()
     dataset = task.dataset(task.prepare(simple_yaml), "train", 64, settings)
-    dataset.close_mosaic()
-    assert dataset.augment.mosaic == 0.0 and dataset.augment.fliplr == settings.fliplr
+    closed = TrainingRecipe(get_plugin_manager().family("yolo9"), "t").closed_augmentation(settings)
+    dataset.update_augmentation(closed)
+    assert (dataset.augment.mosaic, dataset.augment.mixup) == (0.0, 0.0)
+    assert dataset.augment == dataclasses.replace(settings, mosaic=0.0, mixup=0.0)  # flips, HSV, affine, multi-scale stay
     assert settings.mosaic == 1.0  # the caller's settings are not modified
     random.seed(0)
     torch.manual_seed(0)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-from zoo_rtdetr.recipe import BACKBONE_LR, DETRRecipe
+from zoo_rtdetr.recipe import BACKBONE_LR, DFINE_MULTI_SCALE_REPEAT, DETRRecipe
 
 __all__ = ["DEIMRecipe", "DEIM_SIZE_SETTINGS"]
 
@@ -38,3 +38,4 @@ class DEIMRecipe(DETRRecipe):
     """DEIM (see the module docstring)."""
 
     size_settings: ClassVar[Mapping[str, Mapping[str, Any]]] = DEIM_SIZE_SETTINGS
+    multi_scale_repeat: ClassVar[Mapping[str, int | None]] = DFINE_MULTI_SCALE_REPEAT

@@ -9,6 +9,9 @@ and what needs code:
 - the backbone learning-rate multiplier: the whole HGNetv2 for Atto-N, only the DINOv3/ViT-Tiny
   of the S-X adapters (their STA and fusion convs learn at the base rate);
 - the DETR training step (targets go to ``forward`` for the denoising queries);
+- the stop epoch (``close_mosaic`` epochs before the end): every augmentation but the flip stops
+  (``only_flips``); multi-scale training (``base_size_repeat``, ``MULTI_SCALE_REPEAT``) for the
+  DINOv3 sizes S-X only, as published: the HGNetv2 sizes Atto-N train at one size;
 - the **epoch-aware matcher switch** as a recipe event: from ``matcher_change_epoch`` on, the
   Hungarian cost becomes ``−p·IoU⁴`` (``zoo_deimv2.criterion``). The published epoch is kept
   as a fraction of the published schedule (e.g. S: 100 of 132), so a shorter run switches at the
@@ -22,9 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from zoo_core.engine.multi_scale import sizes_around
 from zoo_core.engine.optim import ParameterGroup, split_parameter_groups
-from zoo_core.engine.recipe import RunInfo, TrainingRecipe
-from zoo_core.tasks.base import unwrap_model
+from zoo_core.engine.recipe import RunInfo, TrainingRecipe, only_flips
+from zoo_core.tasks.base import AugmentSettings, unwrap_model
 
 __all__ = ["DEIMv2Recipe", "SIZES"]
 
@@ -49,6 +53,9 @@ SIZES: dict[str, dict[str, Any]] = {
               backbone=("backbone.vit.", 0.02), change_epoch=45),
 }
 _NOT_ARGUMENTS = ("backbone", "change_epoch")
+# The collate's ``base_size_repeat`` per size (None: ``~``, one training size).
+MULTI_SCALE_REPEAT: dict[str, int | None] = {"atto": None, "femto": None, "pico": None, "n": None, "s": 20, "m": 6,
+                                             "l": 3, "x": 3}
 
 
 class DEIMv2Recipe(TrainingRecipe):
@@ -63,7 +70,16 @@ class DEIMv2Recipe(TrainingRecipe):
     @property
     def config_defaults(self) -> dict[str, Any]:
         values = {key: value for key, value in self.spec.items() if key not in _NOT_ARGUMENTS}
-        return {**dict(self.declaration.train_defaults), **values, "nbs": values["batch"]}
+        multi_scale = MULTI_SCALE_REPEAT[self.size] is not None
+        return {**dict(self.declaration.train_defaults), **values, "nbs": values["batch"], "multi_scale": multi_scale}
+
+    def multi_scale_sizes(self, image_size: int) -> tuple[int, ...]:
+        """0.75× to 1.25× of ``image_size`` in steps of 32, ``image_size`` ``base_size_repeat`` times (3 for Atto-N)."""
+        return sizes_around(image_size, MULTI_SCALE_REPEAT[self.size] or 3)
+
+    def closed_augmentation(self, settings: AugmentSettings) -> AugmentSettings:
+        """The stop epoch: only the flip goes on."""
+        return only_flips(settings)
 
     def parameter_groups(self, model: nn.Module, config) -> list[ParameterGroup]:
         prefix, multiplier = self.spec["backbone"]

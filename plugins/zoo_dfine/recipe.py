@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-from zoo_rtdetr.recipe import BACKBONE_LR, DETRRecipe
+from zoo_rtdetr.recipe import BACKBONE_LR, DFINE_MULTI_SCALE_REPEAT, DETRRecipe
 
 __all__ = ["DFINERecipe"]
 
@@ -20,6 +20,7 @@ __all__ = ["DFINERecipe"]
 class DFINERecipe(DETRRecipe):
     """D-FINE (see the module docstring)."""
 
+    multi_scale_repeat: ClassVar[Mapping[str, int | None]] = DFINE_MULTI_SCALE_REPEAT
     size_settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         # lr 8e-4, backbone 4e-4, wd 1e-4, 160 epochs, stop 148, total batch 128
         "n": {"lr0": 8e-4, BACKBONE_LR: 0.5, "weight_decay": 1e-4, "epochs": 160, "close_mosaic": 12, "nbs": 128},

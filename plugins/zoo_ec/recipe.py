@@ -11,6 +11,8 @@ with a 1000-step ramp, clip 0.1, batch 32, mixup/mosaic policy) are the registry
 - X: as L with backbone ×0.005 (2.5e-6).
 
 The backbone multiplier covers ECViT and its projectors (the configs' ``.backbone`` parameter group).
+At the stop epoch every augmentation but the flip stops (``only_flips``). ECDet trains at one size
+(its collate has no multi-scale).
 """
 
 from __future__ import annotations
@@ -21,8 +23,8 @@ import torch
 from torch import nn
 
 from zoo_core.engine.optim import ParameterGroup, split_parameter_groups
-from zoo_core.engine.recipe import TrainingRecipe
-from zoo_core.tasks.base import unwrap_model
+from zoo_core.engine.recipe import TrainingRecipe, only_flips
+from zoo_core.tasks.base import AugmentSettings, unwrap_model
 
 __all__ = ["ECRecipe", "SIZES"]
 
@@ -50,3 +52,7 @@ class ECRecipe(TrainingRecipe):
     def forward_train(self, model: nn.Module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         outputs = model(batch["images"], targets=batch["targets"])
         return unwrap_model(model).loss(outputs, batch)
+
+    def closed_augmentation(self, settings: AugmentSettings) -> AugmentSettings:
+        """The stop epoch: only the flip goes on."""
+        return only_flips(settings)

@@ -12,6 +12,9 @@ resizing, no mosaic) are the registry's ``train_defaults``. This class adds:
   position MLP) at ``0.7``, everything else at 1. Weight decay as published: DINOv2 biases,
   norms and embeddings none; every other parameter (the heads' biases and norms included) decays;
 - the DETR training step (targets reach ``forward``);
+- multi-scale training (the registry's ``multi_scale: true``; RF-DETR's ``multi_scale`` with
+  ``expanded_scales``): each batch at ``(imgsz // 32 + k) · 32`` px for k from -5 to 5, never
+  below two windows of patches (64 px); RF-DETR never stops its augmentation (``close_mosaic`` 0);
 - ``size_multiple`` 32: the patch (16) times the windows per side (2). Unlike the original
   RF-DETR-B (patch 14, 4 windows, 560 px) the N-L sizes need multiples of 32, not of 14.
 """
@@ -51,6 +54,11 @@ class RFDETRRecipe(TrainingRecipe):
     """See the module docstring."""
 
     size_multiple = 32
+
+    def multi_scale_sizes(self, image_size: int) -> tuple[int, ...]:
+        """RF-DETR's expanded scales: ``image_size // 32 + k`` windows of patches for k in -5..5, at least 2."""
+        divisor = self.size_multiple
+        return tuple(size for offset in range(-5, 6) if (size := (image_size // divisor + offset) * divisor) >= 2 * divisor)
 
     def parameter_groups(self, model: nn.Module, config) -> list[ParameterGroup]:
         groups: dict[tuple[float, str], ParameterGroup] = {}

@@ -8,11 +8,16 @@ families built on ``zoo_core.detr``) changes in ``TrainingRecipe``:
 - the backbone learns at a fraction of the base rate (``lr_multipliers = {"backbone.": ...}``);
 - the published numbers that differ by size (base rate, backbone multiplier, weight decay,
   epochs, flat epochs, the epoch the augmentation stops, the total batch) come from
-  ``size_settings`` on top of the registry's ``train_defaults``.
+  ``size_settings`` on top of the registry's ``train_defaults``;
+- multi-scale training (the registry's ``multi_scale: true``): each batch at a size drawn from
+  0.75× to 1.25× of the training size in steps of 32, the training size itself
+  ``multi_scale_repeat`` times among them (RT-DETR's list [480 ... 800] at 640 has it 3 times;
+  D-FINE's ``base_size_repeat`` per size, where ``None`` trains that size at one size);
+- the stop epoch (``close_mosaic`` epochs before the end): every augmentation but the flip stops,
+  multi-scale with it (``only_flips``; D-FINE's ``stop_epoch`` policy and collate).
 
-What the published recipes do that zoo does not (yet): multi-scale training (a random input
-size per batch; zoo trains at one size), MixUp (DEIM), stopping every augmentation (not only
-mosaic) at the stop epoch, restarting the EMA from the best checkpoint at that epoch (D-FINE),
+What the published recipes do that zoo does not (yet): MixUp (DEIM),
+restarting the EMA from the best checkpoint at the stop epoch (D-FINE),
 a quadratic warm-up (DEIM's flat-cosine; zoo's is linear), and freezing the backbone stem and
 BatchNorms of the large sizes (published only with ImageNet-pretrained backbones, which zoo does
 not load: a frozen random stem would never learn).
@@ -25,12 +30,18 @@ from typing import Any, ClassVar, Mapping
 import torch
 from torch import nn
 
-from zoo_core.engine.recipe import TrainingRecipe
-from zoo_core.tasks.base import unwrap_model
+from zoo_core.engine.multi_scale import sizes_around
+from zoo_core.engine.recipe import TrainingRecipe, only_flips
+from zoo_core.tasks.base import AugmentSettings, unwrap_model
 
-__all__ = ["DETRRecipe", "RTDETRRecipe"]
+__all__ = ["DETRRecipe", "RTDETRRecipe", "DFINE_MULTI_SCALE_REPEAT"]
 
 BACKBONE_LR = "backbone_lr"  # size_settings key: the backbone's learning-rate multiplier
+
+# D-FINE's ``base_size_repeat`` per size (Peterande/D-FINE configs/dfine/dfine_hgnetv2_{n,s,m,l,x}_coco.yml;
+# DEIM's and RT-DETRv4's configs include them): N trains at one size (``~``), the smaller the model the
+# more often its training size is drawn.
+DFINE_MULTI_SCALE_REPEAT: Mapping[str, int | None] = {"n": None, "s": 20, "m": 6, "l": 4, "x": 3}
 
 
 class DETRRecipe(TrainingRecipe):
@@ -42,6 +53,9 @@ class DETRRecipe(TrainingRecipe):
     """
 
     size_settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    #: Per size: how often the training size is among the multi-scale sizes (None: no multi-scale for
+    #: that size); sizes not listed have it 3 times, as RT-DETR's list does.
+    multi_scale_repeat: ClassVar[Mapping[str, int | None]] = {}
 
     def _settings(self) -> Mapping[str, Any]:
         return self.size_settings.get(self.size, {})
@@ -56,7 +70,16 @@ class DETRRecipe(TrainingRecipe):
     def config_defaults(self) -> dict[str, Any]:
         """The family's ``train_defaults``, then this size's published values."""
         sized = {key: value for key, value in self._settings().items() if key != BACKBONE_LR}
-        return {**self.declaration.train_defaults, **sized}
+        one_size = {"multi_scale": False} if self.multi_scale_repeat.get(self.size, 3) is None else {}
+        return {**self.declaration.train_defaults, **sized, **one_size}
+
+    def multi_scale_sizes(self, image_size: int) -> tuple[int, ...]:
+        """0.75× to 1.25× of ``image_size`` in steps of 32, ``image_size`` itself ``multi_scale_repeat`` times."""
+        return sizes_around(image_size, self.multi_scale_repeat.get(self.size) or 3)
+
+    def closed_augmentation(self, settings: AugmentSettings) -> AugmentSettings:
+        """The stop epoch: only the flip goes on (``only_flips``)."""
+        return only_flips(settings)
 
     def forward_train(self, model: nn.Module, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``model(images, targets=...)`` (denoising queries need the targets), then the set-prediction loss."""

@@ -102,7 +102,10 @@ class TrainConfig(BaseModel):
     fliplr: float = Field(0.5, ge=0, le=1)
     mosaic: float = Field(1.0, ge=0, le=1)
     mixup: float = Field(0.0, ge=0, le=1, description="probability of blending a mosaic with a second one (MixUp)")
-    close_mosaic: int = Field(10, ge=0, description="turn mosaic off for the last N epochs")
+    close_mosaic: int = Field(10, ge=0, description="the no-augmentation phase: the last N epochs train without mosaic "
+                              "(and whatever else the family's recipe stops there)")
+    multi_scale: bool = Field(False, description="train each batch at a random size from the family's published list "
+                              "(default 0.5-1.5 × imgsz); only with augment, detection tasks")
 
     @field_validator("data", mode="before")
     @classmethod

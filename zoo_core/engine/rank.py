@@ -26,6 +26,8 @@ from zoo_core.engine.resume import read_training_checkpoint
 from zoo_core.engine.seeding import seed_everything
 from zoo_core.engine.spec import FitOutcome, ModelSpec, build_from_spec
 from zoo_core.engine.trainer import Trainer
+from zoo_core.errors import ArgumentError
+from zoo_core.registry import image_size_hw
 from zoo_core.tasks.base import DataSpec
 from zoo_core.tasks.runner import check_image_size
 
@@ -55,12 +57,18 @@ def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe,
     """
     data = context.compute_on_main(lambda: recipe.task.prepare(config.data))
     image_size = check_image_size(config.imgsz or spec.input_size, recipe.input_size_multiple(), spec.task)
+    multi_scale = config.multi_scale and config.augment
+    if multi_scale and not recipe.task.supports_multi_scale:
+        raise ArgumentError(f"multi_scale=True: {spec.task!r} models train at one size; remove multi_scale "
+                            "(it is for detection)")
     batch = config.batch
     if batch == -1:
         per_device = 0
         if context.is_main:
             model = build_from_spec(spec, manager)
-            per_device = probe_batch_size(model, recipe, image_size, context.device, max(spec.num_classes, 1))
+            # The batch must fit at the largest size a multi-scale run can draw.
+            probe_size = max(recipe.multi_scale_sizes(max(image_size_hw(image_size)))) if multi_scale else image_size
+            per_device = probe_batch_size(model, recipe, probe_size, context.device, max(spec.num_classes, 1))
         per_device = context.broadcast_int(per_device)  # one long tensor from rank 0 (E7)
         batch = global_batch_from_probe(per_device, world_size, config.nbs)
     check_divisible(batch, world_size)

@@ -13,9 +13,11 @@ The trainer knows no family. For each family it asks the ``training_recipe`` hoo
   multi-step or poly; ``zoo_core/engine/schedule.py``);
 - ``build_ema``: the weight average (decay and warm-up ramp), or none;
 - ``size_multiple`` and ``augment_settings``: input sizes the network accepts and the train-time
-  augmentation;
-- events: ``on_train_start``, ``on_epoch_start`` and ``on_augmentation_closed`` (the
-  no-augmentation phase of the last ``close_mosaic`` epochs begins; YOLOX turns its L1 loss on).
+  augmentation; ``multi_scale_sizes``: the sizes a ``multi_scale`` run draws a batch's size from;
+- ``closed_augmentation``: what the no-augmentation phase of the last ``close_mosaic`` epochs
+  turns off (YOLO: mosaic and MixUp; the DETR line: everything but the flip, multi-scale too);
+- events: ``on_train_start``, ``on_epoch_start`` and ``on_augmentation_closed`` (that phase
+  begins; YOLOX turns its L1 loss on).
 
 The core answers the hook last with the class a family declares in registry.yaml (``recipe:
 "module:Class"``), or with ``TrainingRecipe`` itself: today's defaults plus ``train_defaults``.
@@ -24,6 +26,7 @@ A family changes only what it needs by subclassing (docs/plugins.md has a worked
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
@@ -31,6 +34,7 @@ import torch
 from torch import nn
 
 from zoo_core.engine.ema import ModelEMA
+from zoo_core.engine.multi_scale import ranged_sizes
 from zoo_core.engine.optim import ParameterGroup, auto_optimizer, build_optimizer, split_parameter_groups
 from zoo_core.engine.schedule import LRSchedule
 from zoo_core.tasks import get_task
@@ -41,7 +45,7 @@ if TYPE_CHECKING:
     from zoo_core.registry import FamilyDeclaration
     from zoo_core.tasks.base import Task
 
-__all__ = ["TrainingRecipe", "RunInfo", "TASK_SIZE_MULTIPLES"]
+__all__ = ["TrainingRecipe", "RunInfo", "TASK_SIZE_MULTIPLES", "only_flips"]
 
 # Input sizes must be multiples of the largest stride of a task's networks (1: any size).
 TASK_SIZE_MULTIPLES = {"detect": 32, "semantic": 32, "classify": 1, "restore": 1}
@@ -56,6 +60,14 @@ class RunInfo:
     iterations_per_epoch: int
     rank: int
     world_size: int
+
+
+def only_flips(settings: AugmentSettings) -> AugmentSettings:
+    """``settings`` with every augmentation off but the horizontal flip: the DETR line's stop epoch
+    (D-FINE's ``stop_epoch`` policy ends photometric distortion, zoom-out, IoU crop and mosaic, and
+    its collate's multi-scale)."""
+    return dataclasses.replace(settings, hsv_h=0.0, hsv_s=0.0, hsv_v=0.0, degrees=0.0, translate=0.0, scale=0.0,
+                               mosaic=0.0, mixup=0.0, multi_scale=False)
 
 
 class TrainingRecipe:
@@ -91,8 +103,23 @@ class TrainingRecipe:
         return AugmentSettings(
             enabled=config.augment, hsv_h=config.hsv_h, hsv_s=config.hsv_s, hsv_v=config.hsv_v, degrees=config.degrees,
             translate=config.translate, scale=config.scale, fliplr=config.fliplr, mosaic=config.mosaic,
-            mixup=config.mixup,
+            mixup=config.mixup, multi_scale=config.multi_scale,
         )
+
+    def multi_scale_sizes(self, image_size: int) -> tuple[int, ...]:
+        """The sizes (of the longer side) a ``multi_scale`` run draws each batch's size from.
+
+        Default: Ultralytics' rule, every size multiple from 0.5× to 1.5× ``image_size``.
+        """
+        return ranged_sizes(image_size, self.input_size_multiple())
+
+    def closed_augmentation(self, settings: AugmentSettings) -> AugmentSettings:
+        """The augmentation of the no-augmentation phase (the last ``close_mosaic`` epochs).
+
+        Default: YOLO's ``close_mosaic``, mosaic and MixUp off, the per-image transforms and
+        multi-scale on.
+        """
+        return dataclasses.replace(settings, mosaic=0.0, mixup=0.0)
 
     # ----------------------------------------------------------------- the step
     def forward_train(self, model: nn.Module, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import random
 import shutil
 import sys
 import time
@@ -32,6 +33,7 @@ from zoo_core.engine.checkpoint import CheckpointWriter, snapshot
 from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.distributed import DistributedContext
 from zoo_core.engine.ema import ModelEMA
+from zoo_core.engine.multi_scale import scaled_size
 from zoo_core.engine.progress import EpochProgress, validation_progress
 from zoo_core.engine.recipe import RunInfo, TrainingRecipe
 from zoo_core.engine.resume import elastic_run_identity
@@ -41,11 +43,11 @@ from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
 from zoo_core.engine.train_result import EpochReport, TrainResult
 from zoo_core.engine.validation import shown_losses, validation_losses
 from zoo_core.errors import BatchSizeError, TrainingDivergedError
-from zoo_core.registry import ImageSize
+from zoo_core.registry import ImageSize, image_size_hw
 from zoo_core.reports.results_plot import plot_results
 from zoo_core.reports.validation_report import BATCHES_DRAWN, ValidationReport
 from zoo_core.run_dirs import next_run_dir
-from zoo_core.tasks.base import DataSpec
+from zoo_core.tasks.base import AugmentSettings, DataSpec
 from zoo_core.weights import ModelMeta
 
 __all__ = ["Trainer", "SMALL_BATCH_WARNING"]
@@ -126,6 +128,8 @@ class Trainer:
         self.last_metrics: dict[str, float] = {}
         self.optimizer_steps = 0
         self.augmentation_closed = False
+        self.augment = AugmentSettings(enabled=False)  # the run's augmentation, from the recipe (see _loaders)
+        self.multi_scale_sides: tuple[int, ...] = ()
         self.checkpoints = CheckpointWriter()
         self.best_weights: dict[str, torch.Tensor] | None = None
         self.first_epoch = 0
@@ -184,8 +188,9 @@ class Trainer:
         from zoo_core.data.sampling import InferenceShardSampler
 
         config, context = self.config, self.context
-        augment = self.recipe.augment_settings(config)
-        base_set = self.task.dataset(self.data, "train", self.image_size, augment)
+        self.augment = self.recipe.augment_settings(config)
+        self.multi_scale_sides = self._multi_scale_sides()
+        base_set = self.task.dataset(self.data, "train", self.image_size, self.augment)
         train_set: Any = base_set
         if config.fraction < 1:
             train_set = Subset(train_set, range(max(1, int(len(train_set) * config.fraction))))
@@ -358,9 +363,10 @@ class Trainer:
         config, context = self.config, self.context
         if not self.augmentation_closed and run.epoch >= config.epochs - config.close_mosaic:  # also when resumed past it
             self.augmentation_closed = True
-            close_mosaic = getattr(loaders.base_set, "close_mosaic", None)
-            if callable(close_mosaic):
-                close_mosaic()
+            self.augment = self.recipe.closed_augmentation(self.augment)
+            update_augmentation = getattr(loaders.base_set, "update_augmentation", None)
+            if callable(update_augmentation):
+                update_augmentation(self.augment)
             self.recipe.on_augmentation_closed(model, run)
         self.recipe.on_epoch_start(model, run)
         seed_everything(config.seed, context.rank, run.epoch)
@@ -396,6 +402,8 @@ class Trainer:
             if draw_batches and index < BATCHES_DRAWN:
                 self._draw_training_batch(batch, index)
             batch = self.task.preprocess(batch, self.device)
+            if self.augment.enabled and self.augment.multi_scale:
+                batch = self._at_random_scale(batch)
             group_start = (index // self.accumulate) * self.accumulate
             group_size = min(self.accumulate, batches - group_start)
             step_now = index == group_start + group_size - 1
@@ -421,6 +429,17 @@ class Trainer:
             self._stop_profiler(profiler)
         progress.close()
         return {name: float(value) for name, value in loss_sums.items()}, seen, damaged
+
+    def _multi_scale_sides(self) -> tuple[int, ...]:
+        """The recipe's multi-scale sizes for this run, less those below the model's ``minimum_input_size``."""
+        side = max(image_size_hw(self.image_size))
+        minimum = getattr(self.model, "minimum_input_size", 0)
+        return tuple(size for size in self.recipe.multi_scale_sizes(side) if size >= minimum) or (side,)
+
+    def _at_random_scale(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """``batch`` resized to a size drawn from the multi-scale sizes (this rank's own draw)."""
+        side = random.choice(self.multi_scale_sides)
+        return self.task.resize_batch(batch, scaled_size(self.image_size, side, self.recipe.input_size_multiple()))
 
     def _step(self, state: Optimisation) -> None:
         """Unscale, clip, step, update the EMA and tell the step listeners."""

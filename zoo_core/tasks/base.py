@@ -106,7 +106,8 @@ class AugmentSettings:
     """Training augmentation switches and strengths (fractions and probabilities).
 
     ``enabled=False`` turns every random transform off (validation, and equivalence tests).
-    Each task applies the ones that make sense for it.
+    Each task applies the ones that make sense for it; ``multi_scale`` is applied by the trainer
+    to whole batches (``Task.resize_batch``).
     """
 
     enabled: bool = True
@@ -119,6 +120,7 @@ class AugmentSettings:
     fliplr: float = 0.5
     mosaic: float = 1.0
     mixup: float = 0.0
+    multi_scale: bool = False
 
 
 def unwrap_model(model: "torch.nn.Module") -> "torch.nn.Module":
@@ -168,6 +170,14 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def preprocess(self, batch: Mapping[str, Any], device: "torch.device") -> dict[str, Any]:
         """Move a collated batch to ``device`` and normalise ``"images"`` to the model's float input."""
+
+    #: Whether ``resize_batch`` is implemented (multi-scale training).
+    supports_multi_scale: ClassVar[bool] = False
+
+    def resize_batch(self, batch: Mapping[str, Any], size: tuple[int, int]) -> dict[str, Any]:
+        """A preprocessed training batch resized to ``size`` (height, width), its targets with it (multi-scale
+        training); a task that supports it sets ``supports_multi_scale``."""
+        raise NotImplementedError(f"the {self.name} task has no multi-scale training")
 
     @abc.abstractmethod
     def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple["torch.Tensor", dict[str, "torch.Tensor"]]:

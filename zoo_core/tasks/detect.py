@@ -17,7 +17,6 @@ pycocotools backend) in original-image coordinates; ``fitness = 0.1 mAP50 + 0.9 
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
@@ -60,8 +59,9 @@ def detection_fitness(map50: float, map50_95: float) -> float:
 class DetectionDataset(Dataset):
     """Letterboxed images with their boxes; random mosaic/MixUp/affine/flip/HSV when ``augment`` is on.
 
-    ``close_mosaic()`` turns mosaic off for the remaining epochs (YOLO's ``close_mosaic``); it
-    reaches loader workers started afterwards (not persistent ones started before).
+    ``update_augmentation(settings)`` changes the augmentation for the remaining epochs (the
+    no-augmentation phase: YOLO's ``close_mosaic``, the DETR line's stop epoch); it reaches loader
+    workers started afterwards (not persistent ones started before).
     """
 
     def __init__(self, records: list[DetectionRecord], names: Mapping[int, str], image_size: int, augment: AugmentSettings | None) -> None:
@@ -75,10 +75,10 @@ class DetectionDataset(Dataset):
     def __len__(self) -> int:
         return len(self.records)
 
-    def close_mosaic(self) -> None:
-        """Stop using mosaic, and with it MixUp (the other augmentations stay); the settings object passed in is not changed."""
+    def update_augmentation(self, settings: AugmentSettings) -> None:
+        """Augment as ``settings`` say from now on (nothing changes when augmentation was off)."""
         if self.augment is not None:
-            self.augment = dataclasses.replace(self.augment, mosaic=0.0)
+            self.augment = settings if settings.enabled else None
 
     def load(self, index: int) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Image ``index`` (uint8 3×H×W) with its boxes in pixels and classes (int64)."""
@@ -239,6 +239,20 @@ class DetectTask(Task):
         images = batch["images"]
         batch["images"] = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
         return batch
+
+    supports_multi_scale = True
+
+    def resize_batch(self, batch: Mapping[str, Any], size: tuple[int, int]) -> dict[str, Any]:
+        """The float images resized bilinearly to ``size`` (height, width), the pixel boxes of ``targets`` scaled with them."""
+        images = batch["images"]
+        height, width = images.shape[-2:]
+        if (height, width) == tuple(size):
+            return dict(batch)
+        resized = torch.nn.functional.interpolate(images, size=tuple(size), mode="bilinear", align_corners=False)
+        targets = batch["targets"].clone()
+        scale = targets.new_tensor([size[1] / width, size[0] / height, size[1] / width, size[0] / height])
+        targets[:, 2:6] *= scale
+        return {**batch, "images": resized, "targets": targets}
 
     def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise ModelContractError(
