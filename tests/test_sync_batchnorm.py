@@ -20,7 +20,8 @@ GLOBAL_BATCH = 8
 
 def make_model() -> nn.Module:
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.BatchNorm2d(5), nn.ReLU(), nn.Conv2d(5, 4, 1), nn.BatchNorm2d(4))
+    model = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.BatchNorm2d(5), nn.ReLU(), nn.Conv2d(5, 4, 1), nn.BatchNorm2d(4),
+                          nn.Conv2d(4, 3, 1), nn.BatchNorm2d(3, affine=False))
     with torch.no_grad():  # non-trivial affine parameters
         model[1].weight.uniform_(0.5, 1.5)
         model[1].bias.uniform_(-0.5, 0.5)
@@ -30,7 +31,7 @@ def make_model() -> nn.Module:
 def make_data() -> tuple[torch.Tensor, torch.Tensor]:
     generator = torch.Generator().manual_seed(1)
     inputs = torch.randn(GLOBAL_BATCH, 3, 6, 6, generator=generator) * 2 + 0.5
-    weights = torch.randn(GLOBAL_BATCH, 4, 6, 6, generator=generator)
+    weights = torch.randn(GLOBAL_BATCH, 3, 6, 6, generator=generator)
     return inputs, weights
 
 
