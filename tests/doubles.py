@@ -214,9 +214,11 @@ class LookupDetector(nn.Module):
 
 
 def fake_libre(model: nn.Module, task: str, names: Mapping[int, str], input_size: int) -> Any:
-    """An object with the facade attributes the runner reads (model, task, names, num_classes, input_size)."""
+    """An object with the facade attributes the runner reads (model, task, names, num_classes, input_size,
+    inference_model)."""
     return SimpleNamespace(
-        model=model, task=task, names=dict(names), num_classes=len(names), input_size=input_size, family="test", size="t", name=f"test-{task}"
+        model=model, task=task, names=dict(names), num_classes=len(names), input_size=input_size, family="test", size="t", name=f"test-{task}",
+        inference_model=lambda device: model.to(device).eval(),
     )
 
 

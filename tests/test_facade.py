@@ -228,3 +228,29 @@ def test_a_server_that_is_down_gives_the_fresh_build_hint(zoo_home, tmp_path):
     with pytest.raises(WeightsDownloadError, match=r"offline.*LibreYOLO\('dlnet-18'\)"):
         LibreYOLO(tmp_path / "LibreDLNet18.safetensors")
     assert not list((zoo_home / "weights").glob("*"))
+
+
+def test_predict_and_val_run_a_fused_copy_that_follows_the_weights():
+    """yolo9-t: the inference model has no BatchNorm and no PGI branch, gives the training graph's outputs, leaves the
+    caller's model as it was, is made once, and is made again when the weights change (in place or replaced)."""
+    torch.manual_seed(0)
+    model = LibreYOLO("yolo9-t", options={"pgi": True})
+    model.model.train()
+    fused = model.inference_model("cpu")
+    assert not any(isinstance(module, torch.nn.BatchNorm2d) for module in fused.modules())
+    assert fused.auxiliary_branch is None and model.model.auxiliary_branch is not None and model.model.training
+    images = torch.rand(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = model.model.eval()(images)
+        for name, tensor in fused(images).items():
+            torch.testing.assert_close(tensor, expected[name], atol=1e-4, rtol=1e-4, msg=name)
+    assert model.inference_model("cpu") is fused  # cached
+    with torch.no_grad():
+        next(model.model.parameters()).add_(1.0)  # what an optimizer step does
+    refreshed = model.inference_model("cpu")
+    assert refreshed is not fused
+    first = next(iter(expected))
+    with torch.no_grad():
+        assert not torch.allclose(refreshed(images)[first], fused(images)[first])  # the new weights are in it
+    model.model.load_state_dict(model.model.state_dict())  # copies in place: the versions move on
+    assert model.inference_model("cpu") is not refreshed

@@ -70,6 +70,7 @@ class LibreYOLO:
         self.weights_path: Path | None = None
         self.data = ""  # the dataset the weights were trained on, when known (val() uses it by default)
         self.last_val_dir: Path | None = None  # where the last val() wrote its report
+        self._inference_cache: tuple[Any, Any] | None = None  # (weights key, fused copy): see inference_model
         path = Path(model)
         if path.is_dir():
             raise WeightsNotFoundError(f"{path} is a directory, not a weights file; give the path of a .pt, .pth or .safetensors file")
@@ -315,6 +316,19 @@ class LibreYOLO:
         from zoo_core.tasks.runner import predict
 
         return predict(self, source, size_multiple=self._recipe().input_size_multiple(), **kwargs)
+
+    def inference_model(self, device: Any) -> Any:
+        """The model as ``predict`` and ``val`` run it: a fused copy on ``device`` (``zoo_core.export.inference_form``:
+        BatchNorms folded, re-parameterised branches merged, training-only branches dropped), kept until the
+        weights change (a parameter or buffer replaced or modified in place, or another model assigned)."""
+        from zoo_core.export import inference_form
+
+        tensors = [*self.model.parameters(), *self.model.buffers()]
+        key = (id(self.model), str(device), tuple((id(tensor), tensor._version) for tensor in tensors))
+        if self._inference_cache is None or self._inference_cache[0] != key:
+            self._inference_cache = None  # free the old copy before making the new one
+            self._inference_cache = (key, inference_form(self.model).to(device))
+        return self._inference_cache[1]
 
     # ------------------------------------------------------------------ the engine boundary
     def spec(self, weights: Path | None = None) -> "ModelSpec":

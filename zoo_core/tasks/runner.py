@@ -150,7 +150,7 @@ def validate(
         pin_memory=torch_device.type == "cuda",
         multiprocessing_context=loader_start_method(workers),
     )
-    model = libre.model.to(torch_device).eval()
+    model = libre.inference_model(torch_device)
     report = None
     if plots:
         from zoo_core.reports.validation_report import ValidationReport
@@ -213,7 +213,7 @@ def _predictions(libre: Any, task: Any, source: Any, device: Any, image_size: An
     from zoo_core.data.images import iter_sources
     from zoo_core.run_dirs import next_run_dir
 
-    model = libre.model.to(device).eval()
+    model = libre.inference_model(device)
     run_dir: Path | None = None
     used: set[str] = set()
     saved = 0
