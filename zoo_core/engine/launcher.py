@@ -1,7 +1,7 @@
 """Starting and supervising one worker process per device: ``launch(worker, plan)``.
 
-The launcher knows nothing of models or training. It gives each of ``plan.world_size`` processes,
-started with the spawn method, the torchrun variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
+The launcher knows nothing of models or training. It gives each of ``plan.world_size`` processes
+the torchrun variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
 on loopback, MASTER_PORT) and calls ``worker(local_rank, workdir)`` there; what a worker needs
 travels as files in ``plan.workdir``, a private directory (``private_workdir``) that is removed
 whatever happens. The parent then watches:
@@ -14,6 +14,15 @@ whatever happens. The parent then watches:
 - Ctrl-C reaches the workers once, and the parent waits (bounded) for them to finish the
   checkpoint they are writing before it stops them.
 
+Workers start from a forkserver where the platform has one (Linux, macOS), else by spawning: a
+fresh interpreter that imports torch and zoo once (``FORKSERVER_PRELOAD``), then forks each worker
+from that state. Its imports can run while the caller prepares the data (``start_worker_server``,
+called before ``prepare_run``), and a second launch from the same process (a notebook, a test
+suite) starts its workers at fork speed. The forkserver never touches CUDA, so the forked workers
+may; it holds the environment of the moment it started, so each worker takes the caller's current
+environment as an argument. A worker is still a fresh process for the caller: arguments are pickled
+as under spawn, and the caller's script is imported as ``__mp_main__``.
+
 Arguments cross the process boundary by pickling: ``pickle_arguments`` checks them before any
 process exists (E4), ``read_arguments`` turns an argument that cannot be re-created in a worker
 into the same clear error (E20).
@@ -21,6 +30,7 @@ into the same clear error (E20).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import json
@@ -45,6 +55,7 @@ from zoo_core.errors import MasterPortInUseError, UnpicklableArgumentError, Work
 __all__ = [
     "LaunchPlan",
     "launch",
+    "start_worker_server",
     "private_workdir",
     "pickle_arguments",
     "write_arguments",
@@ -59,6 +70,13 @@ PORT_ATTEMPTS = 3
 GRACE_SECONDS = 3.0  # how long the other workers get to exit on their own after a failure
 INTERRUPT_GRACE_SECONDS = 60.0  # how long workers get after Ctrl-C to finish the checkpoint being written
 WORKDIR_PREFIX = "zoo-spawn-"
+# What the forkserver imports once for all the workers it forks: torch, torchvision and torchmetrics
+# are most of a worker's start-up; none of them touches CUDA or starts threads on import.
+FORKSERVER_PRELOAD = [
+    "torch", "torchvision", "torchmetrics", "zoo_core.engine.fitting", "zoo_core.engine.rank", "zoo_core.engine.trainer",
+    "zoo_core.tasks.classify", "zoo_core.tasks.detect", "zoo_core.tasks.points", "zoo_core.tasks.restore",
+    "zoo_core.tasks.semantic", "zoo_core.tasks.metrics",
+]
 _SPAWNED_WORKER_MARKER = "ZOO_SPAWNED_WORKER"
 _ERROR_DIRECTORY_VARIABLE = "ZOO_SPAWN_ERROR_DIR"
 _ARGUMENTS = "arguments.pkl"
@@ -155,8 +173,14 @@ def read_arguments(workdir: Path, names: list[str] | None = None) -> dict[str, A
 
 # --------------------------------------------------------------------------- E3
 def inside_spawned_worker() -> bool:
-    """True in a process the launcher started (a training call there means a missing ``__main__`` guard)."""
-    return bool(os.environ.get(_SPAWNED_WORKER_MARKER))
+    """True in a process the launcher started (a training call there means a missing ``__main__`` guard).
+
+    Also true while any multiprocessing child is still importing its parent's script (its
+    bootstrapping phase), whoever started it.
+    """
+    import multiprocessing
+
+    return bool(os.environ.get(_SPAWNED_WORKER_MARKER)) or bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
 def record_bootstrap_error(error: BaseException) -> None:
@@ -184,6 +208,45 @@ def _record_error(errors_dir: Path, rank: int | None, error: BaseException) -> N
 
 
 # --------------------------------------------------------------------------- parent side
+_forkserver_is_ours = False
+
+
+def _bootstrap_errors_dir() -> Path:
+    """Where workers record an error raised before they know their rank (E3): one directory per parent process,
+    because a forkserver's workers inherit the environment the forkserver started with, not one launch's."""
+    return Path(tempfile.gettempdir()) / f"{WORKDIR_PREFIX}{os.getpid()}-bootstrap"
+
+
+def _start_method() -> str:
+    """``forkserver`` where the platform has it and zoo started the running one (or none runs yet), else ``spawn``."""
+    import multiprocessing.forkserver
+
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return "spawn"
+    started_elsewhere = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) is not None and not _forkserver_is_ours
+    return "spawn" if started_elsewhere else "forkserver"
+
+
+def start_worker_server() -> None:
+    """Start the forkserver the workers will fork from, if it is not running (its imports run in the background).
+
+    Its environment carries the worker marker and the bootstrap error directory, so a worker that
+    re-imports an unguarded script reports E3 from there.
+    """
+    global _forkserver_is_ours
+    if _start_method() != "forkserver":
+        return
+    import multiprocessing.forkserver
+
+    if multiprocessing.forkserver._forkserver._forkserver_pid is not None:
+        return
+    multiprocessing.forkserver.set_forkserver_preload(FORKSERVER_PRELOAD)
+    with _worker_environment(_bootstrap_errors_dir()):
+        multiprocessing.forkserver.ensure_running()
+    _forkserver_is_ours = True
+    atexit.register(shutil.rmtree, _bootstrap_errors_dir(), ignore_errors=True)
+
+
 def launch(worker: Callable[[int, Path], None], plan: LaunchPlan) -> None:
     """Run ``worker(local_rank, plan.workdir)`` in ``plan.world_size`` spawned processes; raise the first failure."""
     for attempt in range(1, PORT_ATTEMPTS + 1):
@@ -271,6 +334,26 @@ class _Failure:
         )
 
 
+class _LaunchersOutput:
+    """The launching process's stdout and stderr as they are now, for a worker to write to: a forkserver's
+    workers would otherwise write where the forkserver's output went when it started (pickling hands the
+    two descriptors to the child, multiprocessing's ``DupFd``)."""
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        from multiprocessing import reduction
+
+        return _adopt_output, (reduction.DupFd(1), reduction.DupFd(2))
+
+
+def _adopt_output(stdout: Any, stderr: Any) -> None:
+    """In the worker, while its arguments are unpickled: write to the launcher's stdout and stderr."""
+    for handed, target in ((stdout, 1), (stderr, 2)):
+        descriptor = handed.detach() if hasattr(handed, "detach") else handed
+        if descriptor != target:
+            os.dup2(descriptor, target)
+            os.close(descriptor)
+
+
 def _run_workers(worker: Callable[[int, Path], None], plan: LaunchPlan, port: int) -> _Failure | None:
     """Start the workers and wait; the first failure stops the rest and is returned (None: success)."""
     import torch.multiprocessing as torch_mp
@@ -279,21 +362,26 @@ def _run_workers(worker: Callable[[int, Path], None], plan: LaunchPlan, port: in
     errors_dir.mkdir(exist_ok=True)
     for stale in errors_dir.iterdir():
         stale.unlink()
-    with _worker_environment(errors_dir):
+    start_worker_server()
+    method = _start_method()
+    bootstrap_dir = _bootstrap_errors_dir() if method == "forkserver" else errors_dir
+    with _worker_environment(bootstrap_dir):
+        environment = dict(os.environ)
         context = torch_mp.start_processes(
-            _worker_entry, args=(worker, str(plan.workdir), plan.world_size, port, plan.cpu_threads, os.getpid()),
-            nprocs=plan.world_size, join=False, start_method="spawn",
+            _worker_entry, args=(worker, str(plan.workdir), plan.world_size, port, plan.cpu_threads, os.getpid(), environment,
+                                 _LaunchersOutput()),
+            nprocs=plan.world_size, join=False, start_method=method,
         )
     processes = list(context.processes)
     try:
-        return _wait(processes, errors_dir)
+        return _wait(processes, errors_dir, bootstrap_dir)
     finally:
         _stop(processes)
 
 
-def _wait(processes: list[Any], errors_dir: Path) -> _Failure | None:
+def _wait(processes: list[Any], errors_dir: Path, bootstrap_dir: Path) -> _Failure | None:
     try:
-        return _wait_for_exit(processes, errors_dir)
+        return _wait_for_exit(processes, errors_dir, bootstrap_dir)
     except KeyboardInterrupt:
         _interrupt(processes)
         raise
@@ -313,7 +401,7 @@ def _interrupt(processes: list[Any]) -> None:
         pass
 
 
-def _wait_for_exit(processes: list[Any], errors_dir: Path) -> _Failure | None:
+def _wait_for_exit(processes: list[Any], errors_dir: Path, bootstrap_dir: Path) -> _Failure | None:
     pending = {process.sentinel: rank for rank, process in enumerate(processes)}
     while pending:
         ready = multiprocessing.connection.wait(list(pending), timeout=1.0)
@@ -327,15 +415,21 @@ def _wait_for_exit(processes: list[Any], errors_dir: Path) -> _Failure | None:
             deadline = time.monotonic() + GRACE_SECONDS
             while time.monotonic() < deadline and any(process.is_alive() for process in processes):
                 time.sleep(0.05)
-            return _first_failure(failed, processes, errors_dir)
+            return _first_failure(failed, processes, errors_dir, bootstrap_dir)
     return None
 
 
-def _first_failure(failed: list[int], processes: list[Any], errors_dir: Path) -> _Failure:
+def _first_failure(failed: list[int], processes: list[Any], errors_dir: Path, bootstrap_dir: Path) -> _Failure:
     records = []
     for path in errors_dir.glob("*.json"):
         with contextlib.suppress(OSError, ValueError):
             records.append(json.loads(path.read_text(encoding="utf-8")))
+    ours = {process.pid for process in processes}  # the bootstrap directory may outlive this launch
+    for path in bootstrap_dir.glob("bootstrap-*.json") if bootstrap_dir != errors_dir else ():
+        with contextlib.suppress(OSError, ValueError):
+            record = json.loads(path.read_text(encoding="utf-8"))
+            if record.get("pid") in ours:
+                records.append(record)
     bootstrap = [record for record in records if record.get("rank") is None]
     if bootstrap:  # a worker failed while importing the user's script (E3)
         return _Failure(None, None, min(bootstrap, key=lambda record: record["time"]))
@@ -364,17 +458,22 @@ def _stop(processes: list[Any]) -> None:
 
 # --------------------------------------------------------------------------- worker side
 def _die_with_parent(parent_pid: int) -> None:
-    """Exit as soon as the parent dies (E21): PR_SET_PDEATHSIG on Linux, plus a watchdog thread."""
+    """Exit as soon as the launching process dies (E21): PR_SET_PDEATHSIG on Linux, plus a watchdog thread.
+
+    Under a forkserver the worker's parent is the forkserver, which exits when the launching
+    process does; the watchdog also watches the launching process itself.
+    """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    if os.getppid() != parent_pid:  # the parent died before prctl took effect
+    direct_parent = os.getppid()
+    if direct_parent == 1 or not _process_exists(parent_pid):  # the parent died before prctl took effect
         os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(1.0)
-            if os.getppid() != parent_pid:
+            if os.getppid() != direct_parent or not _process_exists(parent_pid):
                 os._exit(1)
 
     threading.Thread(target=watch, name="zoo-parent-watchdog", daemon=True).start()
@@ -394,11 +493,15 @@ def _interrupt_once() -> None:
 
 
 def _worker_entry(local_rank: int, worker: Callable[[int, Path], None], workdir_text: str, world_size: int, port: int,
-                  cpu_threads: int, parent_pid: int) -> None:
-    """One spawned process: become rank ``local_rank`` (torchrun variables) and run ``worker``."""
+                  cpu_threads: int, parent_pid: int, environment: dict[str, str], output: None) -> None:
+    """One worker process: take the launching process's environment, become rank ``local_rank`` (torchrun
+    variables) and run ``worker``. ``output`` was the launcher's stdout and stderr (``_LaunchersOutput``):
+    unpickling it already made them this process's."""
     _die_with_parent(parent_pid)
     _interrupt_once()
     workdir = Path(workdir_text)
+    os.environ.clear()  # a forkserver's workers start with the environment the forkserver started with
+    os.environ.update(environment)
     os.environ.update({
         "RANK": str(local_rank), "LOCAL_RANK": str(local_rank), "WORLD_SIZE": str(world_size),
         "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": LOOPBACK, "MASTER_PORT": str(port),
