@@ -19,6 +19,9 @@ from zoo_fomo.model import FomoSpec, SamePadConv2d, centroid_targets, decode_cen
 
 from . import family_checks as checks
 
+# one torch thread: the learning runs' scores must not depend on the worker's thread count (reduction order)
+_one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)
+
 pytestmark = pytest.mark.timeout(600)
 
 
@@ -127,11 +130,11 @@ def test_decoding_matches_libreyolo_points_and_the_points_contract():
         assert (item["points"][:, 0] <= 64).all() and (item["points"][:, 1] <= 96).all()
 
 
-@pytest.mark.slow
 def test_fomo_s_overfits_a_fixed_sample_to_a_high_centroid_f1(tmp_path: Path):
-    # the points task reads detection data
+    # the points task reads detection data; 40 epochs (80 steps): f1 0.93-0.97 over the loader seeds 0-3 on one
+    # thread (30 epochs: 0.88-0.89)
     model, metrics, images = checks.overfit_fixed_sample(tmp_path, "fomo-s", "detect", images=16, size=96, batch=8,
-                                                         epochs=30, optimizer="Adam", lr0=0.003)
+                                                         epochs=40, optimizer="Adam", lr0=0.003)
     assert metrics["f1"] >= 0.8
     first = images / "000000.png"
     (result,) = model.predict(str(first), save=True, conf=0.5)
@@ -140,8 +143,7 @@ def test_fomo_s_overfits_a_fixed_sample_to_a_high_centroid_f1(tmp_path: Path):
     assert Image.open(result.save_path).size == (96, 96)
 
 
-@pytest.mark.slow
 def test_fomo_s_trains_one_epoch_on_two_spawned_cpu_ranks():
-    model, result = checks.train_on_two_spawned_cpu_ranks("fomo-s", num_train=8, num_val=4, metric="f1")
+    model, result = checks.train_on_two_spawned_cpu_ranks("fomo-s", num_train=4, num_val=2, metric="f1", imgsz=32)
     assert set(result.metrics) >= {"precision", "recall", "f1"}
     checks.assert_caller_holds_rank_zeros_best(model, result)

@@ -22,6 +22,9 @@ from zoo_picodet.recipe import EMA_CYCLE_EPOCHS, PUBLISHED_BATCH
 
 from . import family_checks as checks
 
+# one torch thread: the learning runs' scores must not depend on the worker's thread count (reduction order)
+_one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)
+
 pytestmark = pytest.mark.timeout(600)
 
 MEAN = torch.tensor([123.675, 116.28, 103.53]).view(1, 3, 1, 1)
@@ -190,19 +193,23 @@ def test_the_recipe_is_paddledetections_legacy_one():
     assert torch.equal(ema.module.state_dict()[name], model.state_dict()[name]) and ema.updates == 0
 
 
-@pytest.mark.slow
 def test_picodet_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
-    """100 AdamW steps at batch 4 on 8 scenes of 64 px, constant rate, no warm-up, no EMA (measured mAP50 0.96)."""
-    # The recipe reads lr0 as the rate of 512 images and scales it to the batch: 0.64 at batch 4 is AdamW at 5e-3,
-    # held constant (the published cosine to 0 spends half of a 100-step run at a crawl).
+    """120 AdamW steps at batch 4 on 8 scenes of 64 px, constant rate, no warm-up, no EMA.
+
+    Measured on one thread over the loader seeds 0-5: mAP50 0.92-1.0. At AdamW 5e-3 (lr0 0.64) the 100-step
+    run was chaotic: 0.96 alone on one thread, 0.42-1.0 over the loader seeds and 0.54 in a 2-worker run on
+    two threads (another reduction order); a cosine tail did not help, half that rate did.
+    """
+    # The recipe reads lr0 as the rate of 512 images and scales it to the batch: 0.32 at batch 4 is AdamW at 2.5e-3,
+    # held constant (the published cosine to 0 spends half of a short run at a crawl).
     model, metrics, images = checks.overfit_fixed_sample(
-        tmp_path, "picodet-s", "detect", images=8, size=64, batch=4, val_batch=8, epochs=50, optimizer="AdamW", lr0=0.64,
+        tmp_path, "picodet-s", "detect", images=8, size=64, batch=4, val_batch=8, epochs=60, optimizer="AdamW", lr0=0.32,
         lr_schedule="constant", warmup_iters=0, ema=False)
     assert metrics["mAP50"] >= 0.8
     checks.assert_detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)
 
 
-@pytest.mark.slow
 def test_picodet_s_trains_one_epoch_on_two_spawned_cpu_ranks():
-    model, result = checks.train_on_two_spawned_cpu_ranks("picodet-s", num_train=8, num_val=4, metric="mAP50-95", warmup_iters=0)
+    model, result = checks.train_on_two_spawned_cpu_ranks("picodet-s", num_train=4, num_val=2, metric="mAP50-95", imgsz=32,
+                                                          warmup_iters=0)
     checks.assert_caller_holds_rank_zeros_best(model, result)

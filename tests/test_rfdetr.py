@@ -31,7 +31,6 @@ def test_rfdetr_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
     learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=60, lr0=1e-3, images=2, batch=2, options={"num_queries": 10})
 
 
-@pytest.mark.slow
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():
     spawned_ranks_train_one_epoch(f"{FAMILY}-{SMALLEST}", {"num_queries": 10})
 

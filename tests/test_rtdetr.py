@@ -36,7 +36,6 @@ def test_rtdetr_r18_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
     learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=60, lr0=1e-3, images=2, batch=2)
 
 
-@pytest.mark.slow
 def test_two_spawned_ranks_at_half_batch_equal_one_process_and_return_metrics(tmp_path):
     # Denoising is off: its random noise is drawn per rank. BatchNorm statistics are synchronised and
     # SGD without clipping keeps the comparison scale-sensitive (tests/test_engine_equivalence.py).

@@ -26,7 +26,6 @@ def test_rtdetrv4_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
     learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=1e-3, images=2, batch=2)
 
 
-@pytest.mark.slow
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():
     spawned_ranks_train_one_epoch(f"{FAMILY}-{SMALLEST}")
 
