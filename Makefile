@@ -23,8 +23,8 @@ demo: $(STAMP)
 # (tests/conftest.py gives each worker one torch thread). TEST_WORKERS=0 runs in one process.
 TEST_WORKERS ?= 2
 
-# `make test` leaves out the tests marked slow (each family trained through the engine, heavy
-# exports) to fit CI's time budget; `make test-all` runs every test.
+# `make test` leaves out the tests marked slow (the learning tests over 45 s) to fit CI's time
+# budget; `make test-all` runs every test.
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) -m "not slow"
 

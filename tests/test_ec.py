@@ -24,7 +24,6 @@ pytestmark = pytest.mark.timeout(600)
 FAMILY, SMALLEST = "ec", "s"
 
 
-@pytest.mark.slow
 def test_ec_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
     learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=60, lr0=1e-3, images=2, batch=2)
 

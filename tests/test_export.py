@@ -21,12 +21,8 @@ from zoo_core.plugin_manager import get_plugin_manager
 from zoo_core.registry import load_registry
 
 REGISTRY = load_registry()
-# Exports that take 20-60 s on the CI machine (the DETRs' graphs, NAFNet's many blocks) run in
-# `make test-all` (marker `slow`); every other family is exported by `make test`.
-SLOW_EXPORTS = {"rtdetr", "dfine", "deim", "rtdetrv4", "deimv2", "rfdetr", "ec", "nafnet"}
 SMALLEST_SIZES = [
-    pytest.param(family, min(declaration.sizes, key=lambda s: declaration.sizes[s].params), id=family,
-                 marks=[pytest.mark.slow] if family in SLOW_EXPORTS else [])
+    pytest.param(family, min(declaration.sizes, key=lambda s: declaration.sizes[s].params), id=family)
     for family, declaration in REGISTRY.items()
 ]
 TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}

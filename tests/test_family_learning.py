@@ -72,7 +72,6 @@ def test_unet_s_overfits_a_fixed_sample_far_above_the_untrained_model(tmp_path):
     assert result.mask.shape == (64, 64) and result.save_path.is_file()
 
 
-@pytest.mark.slow
 def test_nafnet_s_overfits_a_fixed_sample_well_above_the_degraded_input(tmp_path):
     data = sample_on_itself(tmp_path, "restore", images=8, size=32)
     torch.manual_seed(0)

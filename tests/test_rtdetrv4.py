@@ -21,7 +21,6 @@ pytestmark = pytest.mark.timeout(600)
 FAMILY, SMALLEST = "rtdetrv4", "s"
 
 
-@pytest.mark.slow
 def test_rtdetrv4_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
     learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=1e-3, images=2, batch=2)
 

@@ -270,7 +270,6 @@ def test_the_recipe_is_the_published_one():
     assert schedule.factor(10 * 300 - 1) == pytest.approx(0.05, abs=1e-3)
 
 
-@pytest.mark.slow
 def test_rtmdet_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """RTMDet-t on 8 scenes of 96 px, 60 full-batch AdamW steps without warm-up.
 

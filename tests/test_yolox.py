@@ -174,7 +174,6 @@ def test_the_recipe_is_the_published_one_and_switches_the_l1_loss_on():
     assert model.l1_loss_enabled
 
 
-@pytest.mark.slow
 def test_yolox_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
     """YOLOX-Nano on 8 scenes of 96 px, 80 full-batch AdamW steps.
 
