@@ -5,7 +5,7 @@
 - ``write_libreyolo_checkpoint`` and ``assert_holds_the_weights_of``: converted checkpoints as LibreYOLO's files;
 - ``assert_state_dicts_equal``, ``assert_same_boxes_and_scores``, ``assert_loss_reaches_every_parameter`` and
   ``outputs_before_and_after_fuse``: LibreYOLO-oracle, loss and fusion checks;
-- ``overfit_fixed_sample`` with ``assert_detector_draws_its_predictions`` and
+- ``overfit_fixed_sample`` (on ``repeated_sample`` for fewer epochs) with ``assert_detector_draws_its_predictions`` and
   ``assert_segmenter_draws_its_masks``: a family learns a fixed ``shapes`` sample through
   ``LibreYOLO.train``, is scored on the same images by ``LibreYOLO.val`` and draws its predictions;
 - ``train_on_two_spawned_cpu_ranks`` and ``assert_caller_holds_rank_zeros_best``: a short run on two
@@ -188,6 +188,7 @@ def overfit_fixed_sample(
     num_classes: int | None = None,
     options: Mapping[str, Any] | None = None,
     prepare: Callable[[LibreYOLO], None] | None = None,
+    repeats: int = 1,
     **train: Any,
 ) -> tuple[LibreYOLO, dict[str, float], Path]:
     """Trains ``name`` through ``LibreYOLO.train`` on ``images`` shapes scenes of ``size`` px and validates
@@ -195,18 +196,45 @@ def overfit_fixed_sample(
 
     The model is built after ``torch.manual_seed(0)`` (with ``num_classes`` and build ``options``), then
     ``prepare`` may change it before training; ``train`` holds the run's own settings (epochs, optimizer, ...),
-    to which the shared ``OVERFIT`` settings are added.
+    to which the shared ``OVERFIT`` settings are added. ``repeats``: each epoch shows every scene that
+    many times (``repeated_sample``), for fewer epochs and so fewer checkpoint writes.
     """
     data = sample_on_itself(tmp_path, task, images=images, size=size)
+    train_data = repeated_sample(data, repeats, tmp_path / "repeated") if repeats > 1 else data
     torch.manual_seed(0)
     model = LibreYOLO(name, num_classes=num_classes, options=options)
     if prepare is not None:
         prepare(model)
-    model.train(data=str(data), batch=batch, imgsz=size, **train, **OVERFIT)
+    model.train(data=str(train_data), batch=batch, imgsz=size, **train, **OVERFIT)
     metrics = model.val(data=str(data), batch=batch if val_batch is None else val_batch, imgsz=size, workers=0,
                         **(val_options or {}))
     print(f"{name} on its {images} training scenes: {metrics}")
     return model, metrics, Path(yaml.safe_load(data.read_text())["path"]) / "images" / "train"
+
+
+def repeated_sample(data: Path, times: int, folder: Path) -> Path:
+    """A dataset YAML whose training split holds each image of ``data``'s ``times`` times (linked, renamed).
+
+    Several optimizer steps per epoch instead of one: the engine writes a checkpoint every epoch,
+    which would otherwise cost more than the steps of a tiny model.
+    """
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    content = yaml.safe_load(Path(data).read_text())
+    source = Path(content["path"])
+    for kind in ("images", "labels"):
+        (folder / kind / "train").mkdir(parents=True, exist_ok=True)
+    for image in sorted((source / "images/train").iterdir()):
+        label = source / "labels/train" / f"{image.stem}.txt"
+        for copy in range(times):
+            (folder / "images/train" / f"{copy}_{image.name}").symlink_to(image)
+            shutil.copyfile(label, folder / "labels/train" / f"{copy}_{image.stem}.txt")
+    path = folder / "repeated.yaml"
+    path.write_text(yaml.safe_dump({**content, "path": str(folder)}))
+    return path
 
 
 def true_classes(image: Path) -> set[int]:

@@ -418,29 +418,6 @@ def training_loss_parity(family: str, size: str, side: int) -> tuple[float, floa
     return float(expected.detach()), float(got.detach())
 
 
-def _repeated(data, times: int, folder):
-    """A dataset YAML whose training split holds each image of ``data``'s ``times`` times (linked, renamed).
-
-    Several optimizer steps per epoch instead of one: the engine writes a checkpoint every epoch,
-    which would otherwise cost more than the steps of a tiny model.
-    """
-    import shutil
-    from pathlib import Path
-
-    import yaml
-
-    content = yaml.safe_load(Path(data).read_text())
-    source = Path(content["path"])
-    for kind in ("images", "labels"):
-        (folder / kind / "train").mkdir(parents=True, exist_ok=True)
-    for image in sorted((source / "images/train").iterdir()):
-        label = source / "labels/train" / f"{image.stem}.txt"
-        for copy in range(times):
-            (folder / "images/train" / f"{copy}_{image.name}").symlink_to(image)
-            shutil.copyfile(label, folder / "labels/train" / f"{copy}_{image.stem}.txt")
-    path = folder / "repeated.yaml"
-    path.write_text(yaml.safe_dump({**content, "path": str(folder)}))
-    return path
 
 
 def learns_a_fixed_sample(tmp_path, name: str, *, steps: int, lr0: float, imgsz: int = 64, images: int = 4, batch: int = 4,
@@ -463,11 +440,12 @@ def learns_a_fixed_sample(tmp_path, name: str, *, steps: int, lr0: float, imgsz:
     import yaml
     from PIL import Image
 
+    from tests.family_checks import repeated_sample
     from tests.test_family_learning import OVERFIT, sample_on_itself
     from zoo_core.facade import LibreYOLO
 
     data = sample_on_itself(tmp_path, "detect", images=images, size=imgsz)
-    train_data = _repeated(data, repeats, tmp_path / "repeated") if repeats > 1 else data
+    train_data = repeated_sample(data, repeats, tmp_path / "repeated") if repeats > 1 else data
     epochs = steps * batch // (images * repeats)
     torch.manual_seed(0)
     model = LibreYOLO(name, options=options if options is not None else {"num_queries": queries, "num_denoising": denoising})
