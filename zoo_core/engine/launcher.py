@@ -369,7 +369,7 @@ def _run_workers(worker: Callable[[int, Path], None], plan: LaunchPlan, port: in
         environment = dict(os.environ)
         context = torch_mp.start_processes(
             _worker_entry, args=(worker, str(plan.workdir), plan.world_size, port, plan.cpu_threads, os.getpid(), environment,
-                                 _LaunchersOutput()),
+                                 _LaunchersOutput() if method == "forkserver" else None),  # spawned workers inherit it
             nprocs=plan.world_size, join=False, start_method=method,
         )
     processes = list(context.processes)
