@@ -149,7 +149,8 @@ def predict_latency(implementation: str, images: list[str], num_classes: int) ->
         import libreyolo
 
         model = libreyolo.LibreYOLO9(None, size=MODELS["libreyolo"], nb_classes=num_classes, device="cpu")
-        run = lambda path: model(image=path, imgsz=640)  # noqa: E731
+        model.model.eval()  # a fresh LibreYOLO model is built in training mode
+        run = lambda path: model(path, imgsz=640)  # noqa: E731
     for path in images[:2]:
         run(path)
     samples = []
