@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
-from zoo_core.errors import ZooError
+from zoo_core.errors import ArgumentError, ZooError
 
 if TYPE_CHECKING:
     import torch
@@ -177,7 +177,7 @@ class Task(abc.ABC):
     def resize_batch(self, batch: Mapping[str, Any], size: tuple[int, int]) -> dict[str, Any]:
         """A preprocessed training batch resized to ``size`` (height, width), its targets with it (multi-scale
         training); a task that supports it sets ``supports_multi_scale``."""
-        raise NotImplementedError(f"the {self.name} task has no multi-scale training")
+        raise ArgumentError(f"multi_scale=True: {self.name!r} models train at one size; remove multi_scale (it is for detection)")
 
     @abc.abstractmethod
     def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple["torch.Tensor", dict[str, "torch.Tensor"]]:
