@@ -21,6 +21,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _multiprocessing_temp_dir_outside_tests() -> None:
+    """multiprocessing keeps the first temporary folder it is asked for (the forkserver's socket lives
+    there) for the rest of the process: take it now, before a test points ``tempfile`` at a long tmp_path."""
+    import multiprocessing.util
+
+    multiprocessing.util.get_temp_dir()
+
+
 @pytest.fixture(scope="session")
 def zoo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One cache per test session, so built-in datasets are generated once."""

@@ -245,3 +245,21 @@ def test_ema_averages_floats_with_warmup_and_copies_integer_buffers():
     restored = ModelEMA(model)
     restored.load_state_dict(ema.state_dict())
     assert restored.updates == 1 and torch.equal(restored.module[0].weight, ema.module[0].weight)
+
+
+def test_a_forkserver_that_cannot_start_falls_back_to_spawned_workers_and_says_why(monkeypatch, caplog):
+    import multiprocessing.forkserver
+
+    from zoo_core.engine import launcher
+
+    def refuse() -> None:
+        raise OSError("AF_UNIX path too long")
+
+    monkeypatch.setattr(launcher, "_forkserver_failure", None)
+    monkeypatch.setattr(launcher, "_forkserver_is_ours", False)
+    monkeypatch.setattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+    monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", refuse)
+    with caplog.at_level("WARNING", logger="zoo.train"):
+        launcher.start_worker_server()
+    assert launcher._start_method() == "spawn"
+    assert "AF_UNIX path too long" in caplog.text and "TMPDIR" in caplog.text

@@ -34,6 +34,7 @@ import atexit
 import contextlib
 import ctypes
 import json
+import logging
 import multiprocessing.connection
 import os
 import pickle
@@ -209,6 +210,8 @@ def _record_error(errors_dir: Path, rank: int | None, error: BaseException) -> N
 
 # --------------------------------------------------------------------------- parent side
 _forkserver_is_ours = False
+_forkserver_failure: str | None = None  # why the forkserver could not start here (then workers are spawned)
+log = logging.getLogger("zoo.train")
 
 
 def _bootstrap_errors_dir() -> Path:
@@ -221,7 +224,7 @@ def _start_method() -> str:
     """``forkserver`` where the platform has it and zoo started the running one (or none runs yet), else ``spawn``."""
     import multiprocessing.forkserver
 
-    if "forkserver" not in multiprocessing.get_all_start_methods():
+    if "forkserver" not in multiprocessing.get_all_start_methods() or _forkserver_failure is not None:
         return "spawn"
     started_elsewhere = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) is not None and not _forkserver_is_ours
     return "spawn" if started_elsewhere else "forkserver"
@@ -233,7 +236,7 @@ def start_worker_server() -> None:
     Its environment carries the worker marker and the bootstrap error directory, so a worker that
     re-imports an unguarded script reports E3 from there.
     """
-    global _forkserver_is_ours
+    global _forkserver_is_ours, _forkserver_failure
     if _start_method() != "forkserver":
         return
     import multiprocessing.forkserver
@@ -241,8 +244,14 @@ def start_worker_server() -> None:
     if multiprocessing.forkserver._forkserver._forkserver_pid is not None:
         return
     multiprocessing.forkserver.set_forkserver_preload(FORKSERVER_PRELOAD)
-    with _worker_environment(_bootstrap_errors_dir()):
-        multiprocessing.forkserver.ensure_running()
+    try:
+        with _worker_environment(_bootstrap_errors_dir()):
+            multiprocessing.forkserver.ensure_running()
+    except OSError as error:  # e.g. its socket path under a long TMPDIR passes the 108-byte limit of AF_UNIX
+        _forkserver_failure = f"{type(error).__name__}: {error}"
+        log.warning("zoo: the worker forkserver could not start (%s); training workers are spawned instead, which "
+                    "starts them more slowly. A short TMPDIR (e.g. /tmp) lets the forkserver start.", _forkserver_failure)
+        return
     _forkserver_is_ours = True
     atexit.register(shutil.rmtree, _bootstrap_errors_dir(), ignore_errors=True)
 
