@@ -109,13 +109,16 @@ class ClassifyTask(Task):
         """uint8 image -> uint8 image of ``image_size``², with random transforms when ``augment`` is on."""
         from torchvision.transforms import v2
 
+        from zoo_core.data.augment import color_jitter
+
         if augment is None or not augment.enabled:
             return v2.Resize((image_size, image_size), antialias=True)
         steps: list[Any] = [v2.RandomResizedCrop(image_size, scale=(max(1.0 - augment.scale, 0.08), 1.0), antialias=True)]
         if augment.fliplr > 0:
             steps.append(v2.RandomHorizontalFlip(augment.fliplr))
-        if augment.hsv_h or augment.hsv_s or augment.hsv_v:
-            steps.append(v2.ColorJitter(brightness=augment.hsv_v, saturation=augment.hsv_s, hue=min(augment.hsv_h, 0.5)))
+        jitter = color_jitter(augment)
+        if jitter is not None:
+            steps.append(jitter)
         return v2.Compose(steps)
 
     def collate(self, samples: list[Any]) -> dict[str, Any]:

@@ -99,9 +99,10 @@ class DetectionDataset(Dataset):
             piece_image, piece_boxes, _, _ = resize_long_side(piece_image, size, boxes=piece_boxes)
             pieces.append((piece_image, piece_boxes, piece_classes))
         image, boxes, classes = mosaic4(pieces, size)
-        affine = random_affine(settings, translate_fraction=settings.translate / 2)
-        if affine is not None:
+        affine = random_affine(settings, output_size=(size, size))
+        if affine is not None:  # one warp of the canvas straight onto its centred input-size crop
             image, boxes = apply_v2(affine, image, boxes)
+            return image, boxes, classes
         return F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size]), classes
 
     def _mixup(self, first: tuple[torch.Tensor, Any, torch.Tensor],
