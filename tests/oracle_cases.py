@@ -85,6 +85,9 @@ class OracleCase:
     # parameter-name fragments LibreYOLO registers but its unfused graph never uses (YOLO-NAS's rbr_reparam
     # convs, the merged QARepVGG kernels it writes at fusion time): left out of its parameter count.
     libreyolo_unused_parameters: tuple[str, ...] = ()
+    # parameter entries LibreYOLO stores but that are zero by construction or never read, within or beyond
+    # the tensors zoo keeps (DINOv3's masked key bias, its pretraining mask token): left out of its count.
+    libreyolo_inert_entries: Callable[[nn.Module], int] = lambda model: 0
     # extra keyword arguments of the LibreYOLO constructor (the DETRs: _scratch_init=True, or LibreYOLO
     # downloads ImageNet backbone weights and freezes the large sizes' BatchNorms)
     libreyolo_options: dict[str, Any] = field(default_factory=dict)
@@ -382,6 +385,12 @@ def _fill_dinov3_bias_masks(model: nn.Module) -> None:
                 buffer[third : 2 * third] = 0.0
 
 
+def _dinov3_inert_entries(model: nn.Module) -> int:
+    """DINOv3 keeps a bias for keys that its ``bias_mask`` zeroes, and a mask token only pretraining reads."""
+    masked = sum(int((buffer == 0).sum()) for name, buffer in model.named_buffers() if name.endswith("qkv.bias_mask"))
+    return masked + sum(parameter.numel() for name, parameter in model.named_parameters() if name.endswith("dinov3.mask_token"))
+
+
 def _deimv2_libreyolo(model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
     _fill_dinov3_bias_masks(model)
     return _detr_libreyolo(model, _imagenet_normalised(images) if getattr(model, "uses_imagenet_norm", False) else images)
@@ -435,12 +444,24 @@ def _g6_train_step(family: str) -> Callable[[nn.Module, torch.Tensor, torch.Tens
 # Inputs give every size at least its query count of tokens (the comparison covers all queries before the top-k).
 ORACLE_CASES.update({
     "deimv2": OracleCase("LibreDEIMv2", 3, 256, _detection_zoo, _deimv2_libreyolo, relative=1e-6, minimum_side=160,
-                         libreyolo_train_step=_g6_train_step("deimv2"), libreyolo_unused_parameters=_FROZEN_DETR_SCALARS),
+                         libreyolo_train_step=_g6_train_step("deimv2"), libreyolo_unused_parameters=_FROZEN_DETR_SCALARS,
+                         libreyolo_inert_entries=_dinov3_inert_entries),
     "rfdetr": OracleCase("LibreRFDETR", 3, 288, _detection_zoo, _rfdetr_libreyolo, libreyolo_input=_imagenet_normalised,
                          relative=1e-6, libreyolo_options={"_scratch_init": True}, libreyolo_train_step=_g6_train_step("rfdetr")),
     "ec": OracleCase("LibreEC", 3, 128, _detection_zoo, _detr_libreyolo, libreyolo_input=_imagenet_normalised, relative=1e-6,
                      minimum_side=128, libreyolo_train_step=_g6_train_step("ec"), libreyolo_unused_parameters=_FROZEN_DETR_SCALARS),
 })
+
+
+def libreyolo_has_size(family: str, size: str) -> bool:
+    """Whether LibreYOLO 1.6 builds ``family``/``size`` (it has no yolo7-tiny or yolo7-x, for one)."""
+    import libreyolo
+
+    case = ORACLE_CASES[family]
+    if size in case.zoo_only_sizes:
+        return True
+    known_sizes = getattr(getattr(libreyolo, case.libreyolo_class), "INPUT_SIZES", None)
+    return known_sizes is None or case.libreyolo_sizes.get(size, size) in known_sizes
 
 
 def build_libreyolo(family: str, size: str, seed: int = 0) -> Any:
@@ -505,7 +526,7 @@ def compare_on_random_weights(family: str, size: str, workdir: Path) -> dict[str
         "family": family, "size": size, "zoo_params": count_parameters(model.model),
         "libreyolo_params": count_parameters(reference.model) - sum(
             parameter.numel() for name, parameter in reference.model.named_parameters()
-            if any(fragment in name for fragment in case.libreyolo_unused_parameters)),
+            if any(fragment in name for fragment in case.libreyolo_unused_parameters)) - case.libreyolo_inert_entries(reference.model),
         "loaded_difference": loaded, "written_difference": back,
         "zoo_size": model.size, "reloaded_family": type(reloaded).__name__,
     }
