@@ -112,3 +112,23 @@ def test_freeze_keeps_the_named_modules_fixed_and_names_what_matches_nothing(dat
     assert not torch.equal(after["head.weight"], before["head.weight"])
     with pytest.raises(TrainConfigError, match=r"freeze names \['neck'\] match no parameter.*body, head"):
         LibreYOLO("tinynet-s").train(data=str(data), freeze=["neck"], **FAST)
+
+
+def test_compile_runs_the_training_forward_through_torch_compile(data, monkeypatch):
+    # Real dynamo capture with AOT autograd, short of inductor's C++ build (benchmarks/compile_gain.py runs that).
+    compiled: list[dict] = []
+    real_compile = torch.compile
+
+    def compile_without_inductor(module, **options):
+        compiled.append(options)
+        return real_compile(module, **{**options, "backend": "aot_eager"})
+
+    monkeypatch.setattr(torch, "compile", compile_without_inductor)
+    torch.manual_seed(0)
+    model = LibreYOLO("tinynet-s")
+    before = {key: value.clone() for key, value in model.model.state_dict().items()}
+    result = model.train(data=str(data), compile=True, **{**FAST, "epochs": 1})
+    assert compiled == [{"mode": None}]
+    assert result.epochs_completed == 1 and 0.0 <= result.metrics["top1"] <= 1.0
+    assert any(not torch.equal(before[key], value) for key, value in model.model.state_dict().items())
+    assert not any(key.startswith("_orig_mod") for key in torch.load(result.best, weights_only=True)["model"])

@@ -86,6 +86,8 @@ class TrainConfig(BaseModel):
     ddp_timeout: float = Field(10800.0, gt=0, description="process-group timeout in seconds (3 hours)")
     find_unused_parameters: bool = False
     cuda_graph: bool = False
+    compile: bool = Field(False, description="run the model's training forward (and its backward) through torch.compile; "
+                          "the first steps compile for a while (minutes on a CPU), see benchmarks/compile_gain.py")
     freeze: int | list[str] | None = Field(
         None, description="keep these parameters fixed: the first N top-level modules, or a list of name prefixes"
     )

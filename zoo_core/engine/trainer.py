@@ -232,8 +232,10 @@ class Trainer:
             )
         else:
             wrapped = model
-            if config.cuda_graph and self.device.type == "cuda":
-                wrapped = torch.compile(model, mode="reduce-overhead")
+        cuda_graphs = config.cuda_graph and self.device.type == "cuda" and not context.distributed
+        if config.compile or cuda_graphs:
+            # compiling the DDP wrapper lets dynamo split the graph at gradient buckets (its DDPOptimizer)
+            wrapped = torch.compile(wrapped, mode="reduce-overhead" if cuda_graphs else None)
         # The EMA starts after DDP has broadcast rank 0's weights, so every rank averages the same thing.
         ema = recipe.build_ema(model, config)
         return Optimisation(model, wrapped, optimizer, schedule, scaler, ema, use_amp)
