@@ -2,10 +2,11 @@
 
 Two kinds live here, and only here:
 
-- ``tinynet`` / ``nospawnnet``: small real classifier families with BatchNorm, registered at run
-  time (``use_test_families``) and re-registered by module name in spawned workers. Options make
-  the model observable or faulty: ``trace_dir`` records, per rank, the batches it sees and the
-  BatchNorm class it runs with; ``fail_rank``/``fail_step``/``fail_how`` make one rank raise or
+- ``tinynet`` / ``nospawnnet`` / ``tinynet_nhwc`` (declared ``channels_last``): small real classifier
+  families with BatchNorm, registered at run time (``use_test_families``) and re-registered by
+  module name in spawned workers. Options make the model observable or faulty: ``trace_dir``
+  records, per rank, the batches it sees, the BatchNorm class it runs with and the memory layout
+  of its first training step; ``fail_rank``/``fail_step``/``fail_how`` make one rank raise or
   be SIGKILLed at a given step (``fail_first_attempt_only``: not again after a torchrun restart); ``nan_step`` makes the outputs NaN from that training step on
   (a diverging run); ``width`` makes the model bigger (slower checkpoint writes);
   ``loss_scale_by_world_size`` reproduces the classic DDP bug (E6)
@@ -51,16 +52,16 @@ def use_test_families() -> None:
 SIZES = {"s": {"input_size": 32, "params": 1, "params_source": "engine tests", "config": {"width": 8}}}
 
 
-def _declaration(name: str, spawn: bool) -> dict:
+def _declaration(name: str, spawn: bool, channels_last: bool = False) -> dict:
     return {
         "name": name, "display": name, "task": "classify", "builder": "tests.doubles:build_tinynet",
-        "published_num_classes": 2, "spawn": spawn, "sizes": SIZES,
+        "published_num_classes": 2, "spawn": spawn, "channels_last": channels_last, "sizes": SIZES,
     }
 
 
 @hookimpl
 def zoo_families() -> list[dict]:
-    return [_declaration("tinynet", True), _declaration("nospawnnet", False)]
+    return [_declaration("tinynet", True), _declaration("nospawnnet", False), _declaration("tinynet_nhwc", True, channels_last=True)]
 
 
 class TinyNet(nn.Module):
@@ -101,6 +102,10 @@ class TinyNet(nn.Module):
             digest = hashlib.sha256(images.detach().cpu().numpy().tobytes()).hexdigest()[:16]
             with open(Path(trace_dir) / f"rank{rank}.txt", "a", encoding="utf-8") as stream:
                 stream.write(f"{type(self.body[1]).__name__} {digest}\n")
+            if self.steps == 1:
+                in_channels_last = images.is_contiguous(memory_format=torch.channels_last) and self.body[0].weight.is_contiguous(
+                    memory_format=torch.channels_last)
+                (Path(trace_dir) / f"layout{rank}.txt").write_text("channels_last" if in_channels_last else "contiguous")
             if self.steps == 1 and dist.is_initialized():  # the process group's collective timeout (E11)
                 backend = dist.group.WORLD._get_backend(images.device)
                 (Path(trace_dir) / f"timeout{rank}.txt").write_text(str(backend.options._timeout.total_seconds()))

@@ -321,13 +321,18 @@ class LibreYOLO:
         """The model as ``predict`` and ``val`` run it: a fused copy on ``device`` (``zoo_core.export.inference_form``:
         BatchNorms folded, re-parameterised branches merged, training-only branches dropped), kept until the
         weights change (a parameter or buffer replaced or modified in place, or another model assigned)."""
+        import torch
+
         from zoo_core.export import inference_form
 
         tensors = [*self.model.parameters(), *self.model.buffers()]
         key = (id(self.model), str(device), tuple((id(tensor), tensor._version) for tensor in tensors))
         if self._inference_cache is None or self._inference_cache[0] != key:
             self._inference_cache = None  # free the old copy before making the new one
-            self._inference_cache = (key, inference_form(self.model).to(device))
+            inference = inference_form(self.model).to(device)
+            if self.declaration.channels_last and torch.device(device).type == "cpu":
+                inference = inference.to(memory_format=torch.channels_last)
+            self._inference_cache = (key, inference)
         return self._inference_cache[1]
 
     # ------------------------------------------------------------------ the engine boundary

@@ -125,6 +125,10 @@ class FamilyDeclaration(BaseModel):
     param_tolerance: float = Field(default=0.02, ge=0, lt=1)
     spawn: bool = False
     sync_bn: bool = False
+    channels_last: bool = Field(
+        default=False, description="on a CPU, train and predict with the network's 4-D tensors in channels-last memory "
+        "(declare it where it is measured faster and gives the same outputs; benchmarks/channels_last.py)"
+    )
     train_defaults: dict[str, Any] = Field(
         default_factory=dict, description="training arguments this family's published recipe uses (lr0, optimizer...)"
     )

@@ -94,6 +94,10 @@ class TrainingRecipe:
         """Training arguments of the published recipe, applied under the user's (``train_defaults``)."""
         return dict(self.declaration.train_defaults)
 
+    def uses_channels_last(self, device: torch.device) -> bool:
+        """Whether the model trains in channels-last memory on ``device`` (the registry's ``channels_last``, on a CPU)."""
+        return self.declaration.channels_last and device.type == "cpu"
+
     def input_size_multiple(self) -> int:
         """The multiple every input size is rounded up to."""
         return self.size_multiple or TASK_SIZE_MULTIPLES.get(self.declaration.task, 1)

@@ -121,6 +121,7 @@ class Trainer:
         self.sync_bn = sync_bn
         self.checkpoint = checkpoint
         self.device = context.device
+        self.channels_last = recipe.uses_channels_last(self.device)
         self.history: list[dict[str, Any]] = []
         self.best_fitness: float | None = None
         self.best_epoch: int | None = None
@@ -154,6 +155,8 @@ class Trainer:
         """The model on this rank's device, frozen where ``freeze`` says, with SyncBatchNorm where E8 asks for it."""
         config, context = self.config, self.context
         model = self.model.to(self.device)
+        if self.channels_last:
+            model = model.to(memory_format=torch.channels_last)  # oneDNN's faster convolutions on a CPU
         if config.freeze is not None:
             frozen = freeze_parameters(model, config.freeze)
             console(context, config, f"freeze={config.freeze!r}: {frozen} parameter tensors stay fixed")
@@ -406,6 +409,8 @@ class Trainer:
             batch = self.task.preprocess(batch, self.device)
             if self.augment.enabled and self.augment.multi_scale:
                 batch = self._at_random_scale(batch)
+            if self.channels_last:
+                batch["images"] = batch["images"].contiguous(memory_format=torch.channels_last)
             group_start = (index // self.accumulate) * self.accumulate
             group_size = min(self.accumulate, batches - group_start)
             step_now = index == group_start + group_size - 1
