@@ -24,8 +24,11 @@ The peers run from their own virtual environments, which this project does not i
         --libreyolo-python /tmp/libreyolo-venv/bin/python            # 3 rounds, 5 epochs, 320 px, batch 8
 
 A peer whose interpreter is not given, or cannot import its package, is skipped with a line saying so.
-``--ranks 2`` trains zoo on ``device="cpu,cpu"`` and the peers under ``torchrun --nproc_per_node=2``
-where their trainers support it.
+``--ranks 2`` trains zoo on ``device="cpu,cpu"`` (one launch, the engine's spawn) and LibreYOLO
+under ``torchrun --nproc_per_node=2`` (gloo), with ``--threads`` split between the ranks and the
+same global batch; both without SyncBatchNorm, which torch's own cannot run on a CPU
+(benchmarks/sync_batchnorm_cost.py measures zoo's). Ultralytics trains on several ranks only on
+CUDA devices, so it is skipped there with a line saying so.
 """
 
 from __future__ import annotations
@@ -88,7 +91,8 @@ def train_zoo(arguments: argparse.Namespace, train_images: int) -> dict[str, Any
     with tempfile.TemporaryDirectory() as project:
         LibreYOLO(MODELS["zoo"]).train(data=arguments.data, epochs=arguments.epochs, imgsz=arguments.imgsz, batch=arguments.batch,
                                       nbs=arguments.batch, workers=arguments.workers, device=device, val=False, plots=False,
-                                      verbose=False, mosaic=1.0, close_mosaic=0, project=project, callbacks=[clock])
+                                      verbose=False, mosaic=1.0, close_mosaic=0, project=project, callbacks=[clock],
+                                      **({"sync_bn": False} if arguments.ranks == 2 else {}))
     return {**epoch_figures(clock.start, clock.epoch_ends, train_images),
             "first_step_s": (clock.first_step or time.time()) - PROCESS_START}
 
@@ -101,10 +105,9 @@ def train_ultralytics(arguments: argparse.Namespace, train_images: int) -> dict[
     model.add_callback("on_train_epoch_start", lambda trainer: times.__setitem__("start", times["start"] or time.time()))
     model.add_callback("on_train_batch_end", lambda trainer: times.__setitem__("first_batch", times["first_batch"] or time.time()))
     model.add_callback("on_train_epoch_end", lambda trainer: times["epoch_ends"].append(time.time()))
-    device = "cpu" if arguments.ranks == 1 else "cpu"
     with tempfile.TemporaryDirectory() as project:
         model.train(data=arguments.data, epochs=arguments.epochs, imgsz=arguments.imgsz, batch=arguments.batch,
-                    nbs=arguments.batch, workers=arguments.workers, device=device, val=False, plots=False, amp=False,
+                    nbs=arguments.batch, workers=arguments.workers, device="cpu", val=False, plots=False, amp=False,
                     mosaic=1.0, close_mosaic=0, project=project, verbose=False, warmup_epochs=0)
     return {**epoch_figures(times["start"], times["epoch_ends"], train_images),
             "first_step_s": (times["first_batch"] or time.time()) - PROCESS_START}
@@ -165,14 +168,15 @@ def worker(arguments: argparse.Namespace) -> None:
     """One measurement in this process; prints one JSON line."""
     import torch
 
-    torch.set_num_threads(arguments.threads)
+    torch.set_num_threads(max(1, arguments.threads // (arguments.ranks if arguments.worker != "zoo" else 1)))
     layout = json.loads(Path(arguments.layout).read_text())
     if arguments.job == "train":
         trainer = {"zoo": train_zoo, "ultralytics": train_ultralytics, "libreyolo": train_libreyolo}[arguments.worker]
         row = trainer(arguments, layout["train_images"])
     else:
         row = {"predict_ms": predict_latency(arguments.worker, layout["val_paths"], arguments.num_classes)}
-    print("PEERS-RESULT " + json.dumps({**row, "peak_rss_mib": peak_rss_mib()}), flush=True)
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
+        print("PEERS-RESULT " + json.dumps({**row, "peak_rss_mib": peak_rss_mib()}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- the parent
@@ -189,11 +193,14 @@ def write_dataset(folder: Path, images: int, side: int) -> tuple[Path, dict[str,
     return path, {"train_images": images, "val_paths": val_paths, "num_classes": len(SHAPES_CLASSES)}
 
 
-def available(implementation: str, python: str | None) -> str | None:
+def available(implementation: str, python: str | None, ranks: int) -> str | None:
     """The interpreter that runs ``implementation``, or None after saying why it is skipped."""
     if implementation == "zoo":
         return sys.executable
     package = {"ultralytics": "ultralytics", "libreyolo": "libreyolo"}[implementation]
+    if implementation == "ultralytics" and ranks == 2:
+        print("skipping ultralytics: it trains on several ranks only on CUDA devices")
+        return None
     if not python:
         print(f"skipping {implementation}: give --{implementation}-python (a venv with `pip install {package}`)")
         return None
@@ -204,8 +211,20 @@ def available(implementation: str, python: str | None) -> str | None:
     return python
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def run_worker(python: str, implementation: str, job: str, arguments: argparse.Namespace, layout: Path) -> dict[str, Any] | None:
-    command = [python, str(HERE), "--worker", implementation, "--job", job, "--layout", str(layout), "--data", str(arguments.data)]
+    launcher = [python]
+    if implementation == "libreyolo" and job == "train" and arguments.ranks == 2:
+        launcher = [python, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_addr=127.0.0.1",
+                    f"--master_port={free_port()}"]
+    command = [*launcher, str(HERE), "--worker", implementation, "--job", job, "--layout", str(layout), "--data", str(arguments.data)]
     for name in ("epochs", "imgsz", "batch", "threads", "workers", "ranks", "num_classes"):
         command += [f"--{name.replace('_', '-')}", str(getattr(arguments, name))]
     environment = {**os.environ, "OMP_NUM_THREADS": str(arguments.threads), "PYTHONPATH": str(HERE.parent.parent)}
@@ -242,7 +261,7 @@ def main() -> None:
         worker(arguments)
         return
 
-    pythons = {name: available(name, getattr(arguments, f"{name}_python", None)) for name in MODELS}
+    pythons = {name: available(name, getattr(arguments, f"{name}_python", None), arguments.ranks) for name in MODELS}
     pythons = {name: python for name, python in pythons.items() if python}
     with tempfile.TemporaryDirectory() as folder:
         if arguments.data is None:
