@@ -61,40 +61,56 @@ def epoch_figures(start: float, epoch_ends: list[float], images: int) -> dict[st
 
 
 def peak_rss_mib() -> float:
+    """The largest resident set of this process so far."""
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+class ZooClock:
+    """A zoo callback (the events of ``zoo_core.engine.callbacks.Callback``, duck-typed: the peers' interpreters
+    import this file without zoo) that writes rank 0's training start, first optimizer step and epoch ends to ``path``.
+
+    At module level and file-backed, so it also works in the ranks of ``device="cpu,cpu"``, where
+    callbacks travel to the workers by pickling.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.times: dict[str, Any] = {"start": None, "first_step": None, "epoch_ends": []}
+
+    def _record(self) -> None:
+        if os.environ.get("RANK", "0") == "0":
+            self.times["peak_rss_mib"] = peak_rss_mib()  # the rank's own: forkserver workers are not our children
+            self.path.write_text(json.dumps(self.times))
+
+    def on_train_start(self, run_dir: Path, config: dict[str, Any]) -> None:
+        self.times["start"] = time.time()
+        self._record()
+
+    def on_optimizer_step(self, step: int) -> None:
+        if self.times["first_step"] is None:
+            self.times["first_step"] = time.time()
+            self._record()
+
+    def on_epoch_end(self, report: Any) -> None:
+        self.times["epoch_ends"].append(time.time())
+        self._record()
+
+
 def train_zoo(arguments: argparse.Namespace, train_images: int) -> dict[str, Any]:
     from zoo_core import LibreYOLO
-    from zoo_core.engine.callbacks import Callback
 
-    class Clock(Callback):
-        def __init__(self) -> None:
-            self.start = 0.0
-            self.first_step: float | None = None
-            self.epoch_ends: list[float] = []
-
-        def on_train_start(self, run_dir: Path, config: dict[str, Any]) -> None:
-            self.start = time.time()
-
-        def on_optimizer_step(self, step: int) -> None:
-            if self.first_step is None:
-                self.first_step = time.time()
-
-        def on_epoch_end(self, report: Any) -> None:
-            self.epoch_ends.append(time.time())
-
-    clock = Clock()
     device = "cpu,cpu" if arguments.ranks == 2 else "cpu"
     with tempfile.TemporaryDirectory() as project:
+        clock = ZooClock(Path(project) / "clock.json")
         LibreYOLO(MODELS["zoo"]).train(data=arguments.data, epochs=arguments.epochs, imgsz=arguments.imgsz, batch=arguments.batch,
                                       nbs=arguments.batch, workers=arguments.workers, device=device, val=False, plots=False,
                                       verbose=False, mosaic=1.0, close_mosaic=0, project=project, callbacks=[clock],
                                       **({"sync_bn": False} if arguments.ranks == 2 else {}))
-    return {**epoch_figures(clock.start, clock.epoch_ends, train_images),
-            "first_step_s": (clock.first_step or time.time()) - PROCESS_START}
+        times = json.loads(clock.path.read_text())
+    return {**epoch_figures(times["start"], times["epoch_ends"], train_images),
+            "first_step_s": (times["first_step"] or time.time()) - PROCESS_START, "rank_peak_rss_mib": times["peak_rss_mib"]}
 
 
 def train_ultralytics(arguments: argparse.Namespace, train_images: int) -> dict[str, Any]:
@@ -132,7 +148,7 @@ def train_libreyolo(arguments: argparse.Namespace, train_images: int) -> dict[st
     with tempfile.TemporaryDirectory() as project:
         model.train(data=arguments.data, epochs=arguments.epochs, imgsz=arguments.imgsz, batch=arguments.batch,
                     workers=arguments.workers, device="cpu", project=project, callbacks=[clock], mosaic=1.0,
-                    close_mosaic=0, val=False)
+                    close_mosaic=0, val=False, **({"sync_bn": False} if arguments.ranks == 2 else {}))
     return {**epoch_figures(clock.start, clock.epoch_ends, train_images), "first_step_s": None}
 
 
@@ -176,7 +192,8 @@ def worker(arguments: argparse.Namespace) -> None:
     else:
         row = {"predict_ms": predict_latency(arguments.worker, layout["val_paths"], arguments.num_classes)}
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 speaks for the run
-        print("PEERS-RESULT " + json.dumps({**row, "peak_rss_mib": peak_rss_mib()}), flush=True)
+        peak = max(peak_rss_mib(), row.pop("rank_peak_rss_mib", 0.0))
+        print("PEERS-RESULT " + json.dumps({**row, "peak_rss_mib": peak}), flush=True)
 
 
 # ---------------------------------------------------------------------------------------------- the parent
