@@ -49,13 +49,16 @@ def rank_main(rank: int, arguments: argparse.Namespace, port: int) -> None:
     try:
         torch.manual_seed(0)
         models = {}
+        libre = LibreYOLO(arguments.model)
+        layout = torch.channels_last if libre.declaration.channels_last else torch.contiguous_format  # as the trainer on a CPU
         for kind in ("plain", "sync"):
-            model = LibreYOLO(arguments.model).model.train()
+            model = LibreYOLO(arguments.model).model.train().to(memory_format=layout)
             if kind == "sync":
                 model = convert_sync_batchnorm(model, torch.device("cpu"))
             wrapped = DistributedDataParallel(model, find_unused_parameters=False)
             models[kind] = (wrapped, model, torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9))
         batch = detection_batch(arguments.batch, arguments.imgsz, seed=rank)
+        batch["images"] = batch["images"].contiguous(memory_format=layout)
 
         def step(kind: str) -> tuple[float, float]:
             """Wall and CPU seconds of one training step (CPU time is less sensitive to a loaded machine)."""

@@ -18,6 +18,9 @@ pytestmark = pytest.mark.timeout(180)
 GLOBAL_BATCH = 8
 
 
+LAYOUTS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
 def make_model() -> nn.Module:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 5, 3, padding=1), nn.BatchNorm2d(5), nn.ReLU(), nn.Conv2d(5, 4, 1), nn.BatchNorm2d(4),
@@ -54,15 +57,16 @@ def rank_main(rank: int, port: int, result_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        model = convert_sync_batchnorm(make_model(), torch.device("cpu"))
-        assert isinstance(model[1], CpuSyncBatchNorm)
-        inputs, weights = make_data()
-        local = slice(rank * 4, rank * 4 + 4)
-        result = step(model, inputs[local], weights[local])
-        for grad in result["param_grads"].values():  # what DDP's reduction does, as a sum
-            dist.all_reduce(grad)
-        with open(os.path.join(result_dir, f"rank{rank}.pkl"), "wb") as stream:
-            pickle.dump(result, stream)
+        for layout in LAYOUTS:  # channels-last: how the families that declare it train on a CPU
+            model = convert_sync_batchnorm(make_model(), torch.device("cpu")).to(memory_format=LAYOUTS[layout])
+            assert isinstance(model[1], CpuSyncBatchNorm)
+            inputs, weights = make_data()
+            local = slice(rank * 4, rank * 4 + 4)
+            result = step(model, inputs[local].contiguous(memory_format=LAYOUTS[layout]), weights[local])
+            for grad in result["param_grads"].values():  # what DDP's reduction does, as a sum
+                dist.all_reduce(grad)
+            with open(os.path.join(result_dir, f"{layout}-rank{rank}.pkl"), "wb") as stream:
+                pickle.dump(result, stream)
     finally:
         dist.destroy_process_group()
 
@@ -77,8 +81,8 @@ def test_cpu_sync_batchnorm_equals_batchnorm_over_the_global_batch(tmp_path):
         for process in context.processes:
             if process.is_alive():
                 process.kill()
-    ranks = [pickle.loads((tmp_path / f"rank{rank}.pkl").read_bytes()) for rank in (0, 1)]
-    for rank, result in enumerate(ranks):
+    runs = [(rank, pickle.loads((tmp_path / f"{layout}-rank{rank}.pkl").read_bytes())) for layout in LAYOUTS for rank in (0, 1)]
+    for rank, result in runs:
         local = slice(rank * 4, rank * 4 + 4)
         torch.testing.assert_close(result["outputs"], reference["outputs"][local], rtol=1e-5, atol=1e-5)
         torch.testing.assert_close(result["input_grad"], reference["input_grad"][local], rtol=1e-5, atol=1e-6)

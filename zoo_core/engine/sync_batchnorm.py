@@ -59,7 +59,8 @@ class _GlobalBatchNorm(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple[Any, ...]:
         x, weight, mean, invstd = ctx.saved_tensors
-        grad_output = grad_output.contiguous()
+        # the activations' own layout (channels-last for some families on a CPU): mixed layouts take ATen's slow paths
+        grad_output = grad_output.contiguous(memory_format=_memory_format(x))
         channels = x.shape[1]
         shape = [1, channels] + [1] * (x.dim() - 2)
         # Σ dy·x̂ and Σ dy over this rank, with x̂ from the global statistics, in one ATen pass.
@@ -79,6 +80,13 @@ class _GlobalBatchNorm(torch.autograd.Function):
         grad_weight = local_sum_dy_xhat if weight is not None else None
         grad_bias = local_sum_dy if weight is not None else None
         return grad_input, grad_weight, grad_bias, None, None, None, None, None
+
+
+def _memory_format(tensor: torch.Tensor) -> torch.memory_format:
+    """channels-last where ``tensor`` is laid out that way (and is not also plainly contiguous), else contiguous."""
+    if tensor.dim() == 4 and not tensor.is_contiguous() and tensor.is_contiguous(memory_format=torch.channels_last):
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 class CpuSyncBatchNorm(_BatchNorm):

@@ -56,7 +56,8 @@ log = logging.getLogger("zoo.train")
 
 SMALL_BATCH_WARNING = (
     "the model has BatchNorm, sync_bn is off and each rank trains at batch {per_rank} (< 16): per-rank "
-    "BatchNorm statistics this small can hurt the converged model. Pass sync_bn=True, or a larger batch."
+    "BatchNorm statistics this small can hurt the converged model. Pass sync_bn=True (on CPU ranks it about "
+    "doubles the step time, docs/multi-gpu.md), or a larger batch."
 )
 _STOP_EARLY = 1
 _STOP_DIVERGED = 2
