@@ -40,7 +40,7 @@ def train_once(model_name: str, compile_model: bool, epochs: int, threads: int) 
         def on_train_start(self, run_dir: Path, config: dict[str, Any]) -> None:
             self.start = time.perf_counter()
 
-        def on_epoch_end(self, epoch: int, metrics: dict[str, float]) -> None:
+        def on_epoch_end(self, report: Any) -> None:
             self.epoch_ends.append(time.perf_counter())
 
     clock = Clock()
