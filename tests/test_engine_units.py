@@ -263,3 +263,22 @@ def test_a_forkserver_that_cannot_start_falls_back_to_spawned_workers_and_says_w
         launcher.start_worker_server()
     assert launcher._start_method() == "spawn"
     assert "AF_UNIX path too long" in caplog.text and "TMPDIR" in caplog.text
+
+
+@pytest.mark.parametrize("scale", [0.01, 100.0, float("inf")])
+def test_gradient_clipping_on_a_cpu_matches_clip_grad_norm(scale):
+    from types import SimpleNamespace
+
+    from zoo_core.engine.trainer import Trainer
+
+    trainer = Trainer.__new__(Trainer)  # only the clipping: its config and device
+    trainer.config, trainer.device = SimpleNamespace(max_grad_norm=1.0), torch.device("cpu")
+    torch.manual_seed(0)
+    model, reference = nn.Linear(20, 5), nn.Linear(20, 5)
+    for parameter, twin in zip(model.parameters(), reference.parameters()):
+        parameter.grad = torch.randn_like(parameter) * scale
+        twin.grad = parameter.grad.clone()
+    torch.nn.utils.clip_grad_norm_(reference.parameters(), 1.0)
+    trainer._clip_gradients(model)
+    for parameter, twin in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(parameter.grad, twin.grad, equal_nan=True)

@@ -453,7 +453,7 @@ class Trainer:
         """Unscale, clip, step, update the EMA and tell the step listeners."""
         state.scaler.unscale_(state.optimizer)
         if self.config.max_grad_norm:
-            torch.nn.utils.clip_grad_norm_(state.model.parameters(), self.config.max_grad_norm, foreach=True)
+            self._clip_gradients(state.model)
         state.scaler.step(state.optimizer)
         state.scaler.update()
         state.optimizer.zero_grad(set_to_none=True)
@@ -462,6 +462,21 @@ class Trainer:
         self.optimizer_steps += 1
         for listener in self.callbacks.step_listeners:
             listener(self.optimizer_steps)
+
+    def _clip_gradients(self, model: nn.Module) -> None:
+        """Scale the gradients down to a total norm of ``max_grad_norm`` where it is larger.
+
+        On a CPU reading the norm costs nothing, so gradients under the limit (most steps) skip
+        the scaling pass; on an accelerator ``clip_grad_norm_`` scales by a clamped factor
+        instead, without waiting for the device.
+        """
+        parameters = [parameter for parameter in model.parameters() if parameter.grad is not None]
+        if self.device.type != "cpu":
+            torch.nn.utils.clip_grad_norm_(parameters, self.config.max_grad_norm, foreach=True)
+            return
+        total = torch.nn.utils.get_total_norm([parameter.grad for parameter in parameters], foreach=True)
+        if not total <= self.config.max_grad_norm:  # also scales (to NaN) a non-finite norm, as clip_grad_norm_ does
+            torch.nn.utils.clip_grads_with_norm_(parameters, self.config.max_grad_norm, total, foreach=True)
 
     def _start_profiler(self, steps: int) -> Any:
         if steps <= 0:
