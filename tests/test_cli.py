@@ -101,3 +101,10 @@ def test_export_writes_a_libreyolo_checkpoint_and_says_where(tmp_path, capsys):
     assert f"exported libreyolo: {target}" in capsys.readouterr().out
     checkpoint = torch.load(target, weights_only=True)
     assert (checkpoint["schema_version"], checkpoint["model_family"], checkpoint["size"]) == ("1.0", "resnet", "18")
+
+
+def test_info_says_where_a_family_runs_in_channels_last(capsys):
+    assert main(["info", "yolo9"]) == 0
+    assert "memory:    channels-last on a CPU" in capsys.readouterr().out
+    assert main(["info", "rtdetr"]) == 0
+    assert "channels-last" not in capsys.readouterr().out

@@ -148,6 +148,8 @@ def command_info(arguments: argparse.Namespace) -> int:
     print(f"plugin:    {record.name} ({record.module}, {origin})")
     print(f"spawn:     {'yes' if summary['spawn'] else 'no (torchrun only)'}")
     print(f"sync_bn:   {'on' if summary['sync_bn'] else 'off'} by default under DDP")
+    if declaration.channels_last:
+        print("memory:    channels-last on a CPU (training and predict)")
     if declaration.published_num_classes:
         print(f"params at: {declaration.published_num_classes} classes (tolerance {declaration.param_tolerance:.2%})")
     print()
