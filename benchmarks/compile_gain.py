@@ -18,6 +18,7 @@ import argparse
 import json
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -44,11 +45,11 @@ def train_once(model_name: str, compile_model: bool, epochs: int, threads: int) 
             self.epoch_ends.append(time.perf_counter())
 
     clock = Clock()
-    LibreYOLO(model_name).train(
-        data="shapes", epochs=epochs, imgsz=320, batch=8, fraction=0.25, workers=0, val=False, plots=False, verbose=False,
-        device="cpu", compile=compile_model, callbacks=[clock], exist_ok=True, name="compiled" if compile_model else "eager",
-        project=str(Path.cwd() / "runs-compile-gain"),
-    )
+    with tempfile.TemporaryDirectory() as project:
+        LibreYOLO(model_name).train(
+            data="shapes", epochs=epochs, imgsz=320, batch=8, fraction=0.25, workers=0, val=False, plots=False,
+            verbose=False, device="cpu", compile=compile_model, callbacks=[clock], project=project,
+        )
     ends = clock.epoch_ends
     return {
         "first_epoch_s": ends[0] - clock.start,
