@@ -62,7 +62,7 @@ def plain_images_per_second(epochs: int) -> tuple[float, int]:
     torch.manual_seed(0)
     model = LibreYOLO("yolo9-t", num_classes=len(spec.names)).model.train()
     model.to(memory_format=torch.channels_last)  # as the engine trains yolo9 on a CPU (registry: channels_last)
-    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True, fused=True)  # as the engine
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.937, nesterov=True)
     loader = DataLoader(dataset, batch_size=BATCH, shuffle=True, collate_fn=task.collate)
     seconds = []
     for _ in range(epochs):

@@ -23,7 +23,7 @@ DECLARED = [(family, next(iter(declaration.sizes))) for family, declaration in l
 
 
 def test_the_convolutional_detectors_declare_it():
-    assert {family for family, _ in DECLARED} >= {"yolo9", "yolo9_e2e", "yolo7", "yolox", "rtmdet", "picodet", "fomo"}
+    assert {family for family, _ in DECLARED} >= {"yolo9", "yolo7", "yolox", "rtmdet", "picodet", "fomo"}
 
 
 @pytest.mark.parametrize(("family", "size"), DECLARED, ids=[f"{family}-{size}" for family, size in DECLARED])

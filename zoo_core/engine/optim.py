@@ -75,16 +75,6 @@ def auto_optimizer(iterations: int) -> tuple[OptimizerName, float]:
     return ("AdamW", 0.001) if iterations < 10_000 else ("SGD", 0.01)
 
 
-def _update_kernel(param_groups: list[dict]) -> dict[str, bool]:
-    """``fused=True`` where every parameter is on a CPU or a CUDA device, else ``foreach=True``.
-
-    One fused kernel per step does what ``foreach`` does in several passes: on a CPU an AdamW step
-    of resnet18 takes 4.7 ms against 21 ms, an SGD step 3.3 ms against 12 ms (2 threads).
-    """
-    devices = {parameter.device.type for group in param_groups for parameter in group["params"]}
-    return {"fused": True} if devices and devices <= {"cpu", "cuda"} else {"foreach": True}
-
-
 def build_optimizer(
     groups: list[ParameterGroup],
     name: OptimizerName,
@@ -97,8 +87,8 @@ def build_optimizer(
     """SGD (Nesterov when there is momentum), Adam or AdamW over ``groups``.
 
     Only ``decay`` groups get ``weight_decay``. Each param group records ``initial_lr`` (its
-    scheduled peak) and ``lr_scale`` for the schedule. The update runs in torch's fused kernels on
-    CPU and CUDA (``_update_kernel``), else in ``foreach`` ones.
+    scheduled peak) and ``lr_scale`` for the schedule; ``foreach`` kernels update all tensors of a
+    group at once.
     """
     param_groups = [
         {
@@ -111,11 +101,10 @@ def build_optimizer(
         }
         for group in groups
     ]
-    kernel = _update_kernel(param_groups)
     if name == "SGD":
-        return torch.optim.SGD(param_groups, lr=lr, momentum=momentum, nesterov=momentum > 0, **kernel)
+        return torch.optim.SGD(param_groups, lr=lr, momentum=momentum, nesterov=momentum > 0, foreach=True)
     if name == "Adam":
-        return torch.optim.Adam(param_groups, lr=lr, betas=(momentum, beta2), **kernel)
+        return torch.optim.Adam(param_groups, lr=lr, betas=(momentum, beta2), foreach=True)
     if name == "AdamW":
-        return torch.optim.AdamW(param_groups, lr=lr, betas=(momentum, beta2), **kernel)
+        return torch.optim.AdamW(param_groups, lr=lr, betas=(momentum, beta2), foreach=True)
     raise ValueError(f"optimizer {name!r} is not one of SGD, Adam, AdamW")
