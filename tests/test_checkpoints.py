@@ -82,7 +82,7 @@ def test_sigkill_inside_the_background_checkpoint_write_never_corrupts_last_or_b
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         deadline = time.monotonic() + 90
-        while not marker.exists():
+        while not (marker.exists() and marker.read_text()):  # created empty, then written: wait for the name
             assert writer.poll() is None, f"the writer exited before reaching {stop_at}: {writer.stdout.read()}"
             assert time.monotonic() < deadline, f"the writer never reached {stop_at}"
             time.sleep(0.05)
