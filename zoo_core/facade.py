@@ -330,7 +330,7 @@ class LibreYOLO:
         if self._inference_cache is None or self._inference_cache[0] != key:
             self._inference_cache = None  # free the old copy before making the new one
             inference = inference_form(self.model).to(device)
-            if self.declaration.channels_last and torch.device(device).type == "cpu":
+            if self._recipe().uses_channels_last(torch.device(device)):  # the trainer's rule
                 inference = inference.to(memory_format=torch.channels_last)
             self._inference_cache = (key, inference)
         return self._inference_cache[1]
