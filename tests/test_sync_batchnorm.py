@@ -1,4 +1,8 @@
-"""E8: the engine's CPU SyncBatchNorm equals BatchNorm over the global batch (two real gloo ranks)."""
+"""E8: the engine's CPU SyncBatchNorm equals BatchNorm over the global batch (two real gloo ranks).
+
+Both of its transports: gloo's all-reduce, and the host exchange (direct loopback sockets) that
+``convert_sync_batchnorm`` opens when the ranks share a machine, which is what the trainer uses.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ import torch.multiprocessing as mp
 from torch import nn
 
 from zoo_core.engine.distributed import find_free_port
+from zoo_core.engine.host_exchange import close_host_exchanges, host_exchange_for
 from zoo_core.engine.sync_batchnorm import CpuSyncBatchNorm, convert_sync_batchnorm, has_batchnorm
 
 pytestmark = pytest.mark.timeout(180)
@@ -19,6 +24,7 @@ GLOBAL_BATCH = 8
 
 
 LAYOUTS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+TRANSPORTS = ("gloo", "host")  # gloo first: once the host exchange is open, the group's layers use it
 
 
 def make_model() -> nn.Module:
@@ -57,17 +63,21 @@ def rank_main(rank: int, port: int, result_dir: str) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=2)
     try:
-        for layout in LAYOUTS:  # channels-last: how the families that declare it train on a CPU
-            model = convert_sync_batchnorm(make_model(), torch.device("cpu")).to(memory_format=LAYOUTS[layout])
-            assert isinstance(model[1], CpuSyncBatchNorm)
-            inputs, weights = make_data()
-            local = slice(rank * 4, rank * 4 + 4)
-            result = step(model, inputs[local].contiguous(memory_format=LAYOUTS[layout]), weights[local])
-            for grad in result["param_grads"].values():  # what DDP's reduction does, as a sum
-                dist.all_reduce(grad)
-            with open(os.path.join(result_dir, f"{layout}-rank{rank}.pkl"), "wb") as stream:
-                pickle.dump(result, stream)
+        for transport in TRANSPORTS:
+            for layout in LAYOUTS:  # channels-last: how the families that declare it train on a CPU
+                model = convert_sync_batchnorm(make_model(), torch.device("cpu"), host_exchange=transport == "host")
+                assert (host_exchange_for(None) is not None) == (transport == "host")
+                model = model.to(memory_format=LAYOUTS[layout])
+                assert isinstance(model[1], CpuSyncBatchNorm)
+                inputs, weights = make_data()
+                local = slice(rank * 4, rank * 4 + 4)
+                result = step(model, inputs[local].contiguous(memory_format=LAYOUTS[layout]), weights[local])
+                for grad in result["param_grads"].values():  # what DDP's reduction does, as a sum
+                    dist.all_reduce(grad)
+                with open(os.path.join(result_dir, f"{transport}-{layout}-rank{rank}.pkl"), "wb") as stream:
+                    pickle.dump(result, stream)
     finally:
+        close_host_exchanges()
         dist.destroy_process_group()
 
 
@@ -81,7 +91,8 @@ def test_cpu_sync_batchnorm_equals_batchnorm_over_the_global_batch(tmp_path):
         for process in context.processes:
             if process.is_alive():
                 process.kill()
-    runs = [(rank, pickle.loads((tmp_path / f"{layout}-rank{rank}.pkl").read_bytes())) for layout in LAYOUTS for rank in (0, 1)]
+    runs = [(rank, pickle.loads((tmp_path / f"{transport}-{layout}-rank{rank}.pkl").read_bytes()))
+            for transport in TRANSPORTS for layout in LAYOUTS for rank in (0, 1)]
     for rank, result in runs:
         local = slice(rank * 4, rank * 4 + 4)
         torch.testing.assert_close(result["outputs"], reference["outputs"][local], rtol=1e-5, atol=1e-5)

@@ -32,6 +32,7 @@ __all__ = [
     "UnpicklableArgumentError",
     "SpawnNotSupportedError",
     "WorkerFailedError",
+    "HostExchangeError",
     "MasterPortInUseError",
     "TrainingDivergedError",
     "ResumeError",
@@ -145,6 +146,10 @@ class WorkerFailedError(ZooError, RuntimeError):
         super().__init__(message)
         self.rank = rank
         self.worker_traceback = worker_traceback
+
+
+class HostExchangeError(ZooError, RuntimeError):
+    """CPU SyncBatchNorm's exchange between the ranks of one machine failed: a peer exited, stalled or diverged."""
 
 
 class MasterPortInUseError(ZooError, OSError):

@@ -126,10 +126,13 @@ class DistributedContext:
         return payload
 
     def close(self) -> None:
-        """Destroy the process group if this context created it."""
+        """Destroy the process group if this context created it (and CPU SyncBatchNorm's connections with it)."""
         if self.owns_group:
             import torch.distributed as dist
 
+            from zoo_core.engine.host_exchange import close_host_exchanges
+
+            close_host_exchanges()
             if dist.is_initialized():
                 dist.destroy_process_group()
             self.owns_group = False

@@ -56,8 +56,8 @@ log = logging.getLogger("zoo.train")
 
 SMALL_BATCH_WARNING = (
     "the model has BatchNorm, sync_bn is off and each rank trains at batch {per_rank} (< 16): per-rank "
-    "BatchNorm statistics this small can hurt the converged model. Pass sync_bn=True (on CPU ranks it about "
-    "doubles the step time, docs/multi-gpu.md), or a larger batch."
+    "BatchNorm statistics this small can hurt the converged model. Pass sync_bn=True (on CPU ranks on one "
+    "machine it adds about a quarter to the step time, docs/multi-gpu.md), or a larger batch."
 )
 _STOP_EARLY = 1
 _STOP_DIVERGED = 2
@@ -164,7 +164,7 @@ class Trainer:
         if context.distributed and has_batchnorm(model):
             per_rank = self.batch // context.world_size
             if self.sync_bn:
-                model = convert_sync_batchnorm(model, self.device)
+                model = convert_sync_batchnorm(model, self.device, timeout_seconds=config.ddp_timeout)
             elif per_rank < 16 and context.is_main:
                 warnings.warn(SMALL_BATCH_WARNING.format(per_rank=per_rank), stacklevel=caller_stacklevel())
         if config.cuda_graph:
