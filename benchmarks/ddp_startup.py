@@ -5,6 +5,11 @@ optimizer step (the ``on_optimizer_step`` callback). Reported twice: from the co
 (what the user waits for) and from the ``train()`` call (for spawn this includes starting the
 workers; for torchrun the ranks already exist). Target: spawn no slower than torchrun.
 
+Then the same training from the command line, ``zoo train ... --device cpu,cpu`` against
+``torchrun ... -m zoo_core train ... --device cpu``, timed from the command's start to its end
+(the command line has no callbacks; both runs train the same two steps). The command line
+starts the workers' forkserver while it parses its arguments, before its own imports.
+
     .venv/bin/python benchmarks/ddp_startup.py [--repeats 3]
 """
 
@@ -68,6 +73,14 @@ def launch(command: list[str], workdir: Path, timings: Path) -> tuple[float, flo
     return first_step - started, first_step - float(events["train_called"])
 
 
+def run_command(command: list[str], workdir: Path) -> float:
+    """Seconds from the start of ``command`` to its end."""
+    started = time.time()
+    subprocess.run(command, cwd=workdir, env={**os.environ, "PYTHONUNBUFFERED": "1"}, check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.time() - started
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=3)
@@ -93,6 +106,23 @@ def main() -> None:
         print(f"{name:30s} first step {from_command:6.2f} s after the command, {from_train:6.2f} s after train()")
     spawn, torchrun = medians.values()
     print(f"ratio spawn / torchrun (from the command) = {spawn / torchrun:.3f}  (target <= 1.0)")
+
+    train = ["train", "resnet18", "--data", "data", "--epochs", "1", "--batch", "8", "--imgsz", "32", "--workers", "0",
+             "nbs=8", "val=false", "plots=false", "verbose=false"]
+    cli_commands = {
+        "zoo train --device cpu,cpu": [sys.executable, "-m", "zoo_core", *train, "--device", "cpu,cpu"],
+        "torchrun -m zoo_core train": [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                                       "--master_port=29518", "-m", "zoo_core", *train, "--device", "cpu"],
+    }
+    seconds: dict[str, list[float]] = {name: [] for name in cli_commands}
+    for _ in range(arguments.repeats):
+        for name, command in cli_commands.items():
+            seconds[name].append(run_command(command, workdir))
+    cli_medians = {name: statistics.median(values) for name, values in seconds.items()}
+    for name, value in cli_medians.items():
+        print(f"{name:30s} whole command {value:6.2f} s")
+    cli_spawn, cli_torchrun = cli_medians.values()
+    print(f"ratio zoo train spawn / torchrun (whole command) = {cli_spawn / cli_torchrun:.3f}")
 
 
 if __name__ == "__main__":

@@ -108,3 +108,29 @@ def test_info_says_where_a_family_runs_in_channels_last(capsys):
     assert "memory:    channels-last on a CPU" in capsys.readouterr().out
     assert main(["info", "rtdetr"]) == 0
     assert "channels-last" not in capsys.readouterr().out
+
+
+def test_train_on_several_devices_starts_the_workers_before_building_the_model(monkeypatch, capsys):
+    """The forkserver's imports overlap the command's own; not for one device, a bad device or under torchrun."""
+    import zoo_core.cli
+    import zoo_core.engine.launcher
+
+    calls: list[str] = []
+
+    def build_model(name):
+        calls.append("model")
+        raise RuntimeError("stop here")  # main() reports it as one line
+
+    monkeypatch.setattr(zoo_core.engine.launcher, "start_worker_server", lambda: calls.append("workers"))
+    monkeypatch.setattr(zoo_core.cli, "_model", build_model)
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for device, expected in (("cpu,cpu", ["workers", "model"]), ("cpu", ["model"]), ("cpu,,cpu", ["model"])):
+        calls.clear()
+        assert main(["train", "resnet18", "--data", "shapes", "--device", device]) == 1
+        assert calls == expected, device
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")):
+        monkeypatch.setenv(name, value)
+    calls.clear()
+    main(["train", "resnet18", "--data", "shapes", "--device", "cpu,cpu"])
+    assert calls == ["model"]  # torchrun started the ranks already

@@ -74,9 +74,8 @@ WORKDIR_PREFIX = "zoo-spawn-"
 # What the forkserver imports once for all the workers it forks: torch, torchvision and torchmetrics
 # are most of a worker's start-up; none of them touches CUDA or starts threads on import.
 FORKSERVER_PRELOAD = [
-    "torch", "torchvision", "torchmetrics", "zoo_core.engine.fitting", "zoo_core.engine.rank", "zoo_core.engine.trainer",
-    "zoo_core.tasks.classify", "zoo_core.tasks.detect", "zoo_core.tasks.points", "zoo_core.tasks.restore",
-    "zoo_core.tasks.semantic", "zoo_core.tasks.metrics",
+    "torch", "torchvision", "zoo_core.engine.fitting", "zoo_core.engine.rank", "zoo_core.engine.trainer",
+    "zoo_core.tasks.classify", "zoo_core.tasks.detect", "zoo_core.tasks.restore", "zoo_core.tasks.semantic",
 ]
 _SPAWNED_WORKER_MARKER = "ZOO_SPAWNED_WORKER"
 _ERROR_DIRECTORY_VARIABLE = "ZOO_SPAWN_ERROR_DIR"
