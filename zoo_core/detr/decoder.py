@@ -79,7 +79,7 @@ class MLP(nn.Module):
         super().__init__()
         widths = [in_dim] + [hidden_dim] * (num_layers - 1) + [out_dim]
         self.layers = nn.ModuleList(nn.Linear(a, b) for a, b in zip(widths[:-1], widths[1:]))
-        self.act = make_activation(activation)
+        self.act = make_activation(activation, inplace=False)  # after nn.Linear: see make_activation
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         last = len(self.layers) - 1
@@ -135,7 +135,7 @@ class DecoderLayer(nn.Module):
         self.gate = GatedResidual(dim) if gated else None
         self.norm_cross = None if gated else nn.LayerNorm(dim)
         self.ffn_in = nn.Linear(dim, ffn_dim)
-        self.ffn_act = make_activation(activation)
+        self.ffn_act = make_activation(activation, inplace=False)  # after nn.Linear: see make_activation
         self.ffn_out = nn.Linear(ffn_dim, dim)
         self.norm_ffn = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()

@@ -83,7 +83,7 @@ class IntraScaleEncoderLayer(nn.Module):
         self.self_attn = nn.MultiheadAttention(dim, num_heads, dropout=dropout, batch_first=True)
         self.norm_attn = nn.LayerNorm(dim)
         self.ffn_in = nn.Linear(dim, ffn_dim)
-        self.ffn_act = make_activation(activation)
+        self.ffn_act = make_activation(activation, inplace=False)  # after nn.Linear: see make_activation
         self.ffn_out = nn.Linear(ffn_dim, dim)
         self.norm_ffn = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()

@@ -8,22 +8,28 @@ from torch import nn
 
 __all__ = ["ConvNormAct", "autopad", "make_activation"]
 
-_ACTIVATIONS: dict[str, Callable[[], nn.Module]] = {
-    "silu": lambda: nn.SiLU(inplace=True),
-    "relu": lambda: nn.ReLU(inplace=True),
-    "relu6": lambda: nn.ReLU6(inplace=True),
-    "leaky_relu": lambda: nn.LeakyReLU(0.1, inplace=True),
-    "gelu": nn.GELU,
-    "hardswish": lambda: nn.Hardswish(inplace=True),
+_ACTIVATIONS: dict[str, Callable[[bool], nn.Module]] = {
+    "silu": lambda inplace: nn.SiLU(inplace=inplace),
+    "relu": lambda inplace: nn.ReLU(inplace=inplace),
+    "relu6": lambda inplace: nn.ReLU6(inplace=inplace),
+    "leaky_relu": lambda inplace: nn.LeakyReLU(0.1, inplace=inplace),
+    "gelu": lambda inplace: nn.GELU(),
+    "hardswish": lambda inplace: nn.Hardswish(inplace=inplace),
 }
 
 
-def make_activation(name: str | None) -> nn.Module:
-    """An activation module by name (``None`` or ``"identity"``: no activation)."""
+def make_activation(name: str | None, *, inplace: bool = True) -> nn.Module:
+    """An activation module by name (``None`` or ``"identity"``: no activation).
+
+    In place by default, which saves a tensor after a convolution. After an ``nn.Linear`` on
+    3-D input pass ``inplace=False``: that output is a view of a 2-D matmul, and an in-place op
+    on a view makes autograd copy the whole base back in the backward pass (``CopySlices``;
+    about 5 % of an RF-DETR-N training step).
+    """
     if name is None or name == "identity":
         return nn.Identity()
     try:
-        return _ACTIVATIONS[name]()
+        return _ACTIVATIONS[name](inplace)
     except KeyError:
         raise ValueError(f"unknown activation {name!r}; choose one of {', '.join(_ACTIVATIONS)} or None") from None
 
