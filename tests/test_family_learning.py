@@ -41,18 +41,21 @@ def sample_on_itself(tmp_path: Path, task: str, *, images: int, size: int) -> Pa
     return path
 
 
-@pytest.mark.slow
 def test_yolo9_t_overfits_a_fixed_sample_to_a_high_map(tmp_path):
-    """YOLOv9-t on 8 scenes of 96 px, 100 full-batch AdamW steps; then it draws what it was shown.
+    """YOLOv9-t on 4 scenes of 96 px, 120 AdamW steps of 4 images; then it draws what it was shown.
 
-    The published BatchNorm momentum 0.03 leaves the running statistics of an 80-step run far
-    behind the weights: the run builds the model with torch's 0.1 (build option ``bn_momentum``).
+    Each epoch shows every scene 10 times (10 steps): a checkpoint per step would cost three
+    times the step itself. It scores mAP50 0.96 / mAP50-95 0.88 on one thread and 0.94 / 0.85 on
+    two, and still 0.83 / 0.72 at lr0 0.008 and 0.83 / 0.82 at 0.005, about 30 s on a busy
+    two-core machine. The published BatchNorm momentum 0.03 leaves the running statistics of a run
+    this short far behind the weights: the run builds the model with torch's 0.1 (build option
+    ``bn_momentum``).
     """
     from tests import family_checks as checks
 
     model, metrics, images = checks.overfit_fixed_sample(
-        tmp_path, "yolo9-t", "detect", images=8, size=96, batch=8, options={"bn_momentum": 0.1},
-        val_options={"plots": False}, epochs=100, nbs=8, optimizer="AdamW", lr0=0.005, mosaic=0.0, close_mosaic=0)
+        tmp_path, "yolo9-t", "detect", images=4, size=96, batch=4, repeats=10, options={"bn_momentum": 0.1},
+        val_options={"plots": False}, epochs=12, nbs=4, optimizer="AdamW", lr0=0.01, mosaic=0.0, close_mosaic=0)
     assert metrics["mAP50"] > 0.8 and metrics["mAP50-95"] > 0.6
     checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
 
