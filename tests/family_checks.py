@@ -213,7 +213,8 @@ def overfit_fixed_sample(
 
 
 def repeated_sample(data: Path, times: int, folder: Path) -> Path:
-    """A dataset YAML whose training split holds each image of ``data``'s ``times`` times (linked, renamed).
+    """A dataset YAML whose training split holds each image of ``data``'s ``times`` times (linked, renamed),
+    with its label file (detection) or mask (semantic segmentation).
 
     Several optimizer steps per epoch instead of one: the engine writes a checkpoint every epoch,
     which would otherwise cost more than the steps of a tiny model.
@@ -225,13 +226,15 @@ def repeated_sample(data: Path, times: int, folder: Path) -> Path:
 
     content = yaml.safe_load(Path(data).read_text())
     source = Path(content["path"])
-    for kind in ("images", "labels"):
+    companions = [kind for kind in ("labels", "masks") if (source / kind / "train").is_dir()]
+    for kind in ("images", *companions):
         (folder / kind / "train").mkdir(parents=True, exist_ok=True)
     for image in sorted((source / "images/train").iterdir()):
-        label = source / "labels/train" / f"{image.stem}.txt"
         for copy in range(times):
             (folder / "images/train" / f"{copy}_{image.name}").symlink_to(image)
-            shutil.copyfile(label, folder / "labels/train" / f"{copy}_{image.stem}.txt")
+            for kind in companions:
+                (companion,) = (source / kind / "train").glob(f"{image.stem}.*")
+                shutil.copyfile(companion, folder / kind / "train" / f"{copy}_{companion.name}")
     path = folder / "repeated.yaml"
     path.write_text(yaml.safe_dump({**content, "path": str(folder)}))
     return path
