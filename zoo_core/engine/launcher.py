@@ -17,7 +17,7 @@ whatever happens. The parent then watches:
 Workers start from a forkserver where the platform has one (Linux, macOS), else by spawning: a
 fresh interpreter that imports torch and zoo once (``FORKSERVER_PRELOAD``), then forks each worker
 from that state. Its imports can run while the caller prepares the data (``start_worker_server``,
-called before ``prepare_run``), and a second launch from the same process (a notebook, a test
+called before ``prepare_run``, and by ``zoo train`` as soon as it has parsed its arguments), and a second launch from the same process (a notebook, a test
 suite) starts its workers at fork speed. The forkserver never touches CUDA, so the forked workers
 may; it holds the environment of the moment it started, so each worker takes the caller's current
 environment as an argument. A worker is still a fresh process for the caller: arguments are pickled
@@ -71,8 +71,9 @@ PORT_ATTEMPTS = 3
 GRACE_SECONDS = 3.0  # how long the other workers get to exit on their own after a failure
 INTERRUPT_GRACE_SECONDS = 60.0  # how long workers get after Ctrl-C to finish the checkpoint being written
 WORKDIR_PREFIX = "zoo-spawn-"
-# What the forkserver imports once for all the workers it forks: torch, torchvision and torchmetrics
-# are most of a worker's start-up; none of them touches CUDA or starts threads on import.
+# What the forkserver imports once for all the workers it forks: what a worker needs before its first
+# step (torch and torchvision are most of it; neither touches CUDA or starts threads on import).
+# torchmetrics (2.5 s here) is left to the first validation, which the first step need not wait for.
 FORKSERVER_PRELOAD = [
     "torch", "torchvision", "zoo_core.engine.fitting", "zoo_core.engine.rank", "zoo_core.engine.trainer",
     "zoo_core.tasks.classify", "zoo_core.tasks.detect", "zoo_core.tasks.restore", "zoo_core.tasks.semantic",
