@@ -135,6 +135,30 @@ def test_norms_and_biases_get_no_weight_decay():
     assert isinstance(build_optimizer([decay], "AdamW", 1e-3, momentum=0.9, weight_decay=0.05, beta2=0.95), torch.optim.AdamW)
 
 
+@pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
+def test_cpu_parameters_step_with_the_fused_kernels_to_the_same_weights(name):
+    def stepped(kernels: str) -> tuple[torch.optim.Optimizer, list[torch.Tensor]]:
+        torch.manual_seed(0)
+        model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(36, 2))
+        optimizer = build_optimizer(split_parameter_groups(model), name, 0.01, momentum=0.9, weight_decay=5e-4)
+        if kernels == "foreach":
+            groups = [{key: value for key, value in group.items() if key not in ("fused", "foreach")}
+                      for group in optimizer.param_groups]
+            optimizer = type(optimizer)(groups, foreach=True)
+            assert not any(group["fused"] for group in optimizer.param_groups)
+        for _ in range(3):
+            model(torch.rand(2, 3, 5, 5)).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+        return optimizer, [parameter.detach() for parameter in model.parameters()]
+
+    fused, fused_weights = stepped("fused")
+    assert all(group["fused"] for group in fused.param_groups)
+    _, foreach_weights = stepped("foreach")
+    for a, b in zip(fused_weights, foreach_weights):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def test_lr_multipliers_split_groups_by_name_prefix_and_scale_their_rate():
     model = nn.ModuleDict({"backbone": nn.Conv2d(3, 4, 3), "head": nn.Conv2d(4, 2, 1)})
     groups = split_parameter_groups(model, {"backbone.": 0.1})
