@@ -32,7 +32,7 @@ from zoo_core.errors import (
     WeightsWriteError,
 )
 from zoo_core.testing import isolated_plugin_manager
-from zoo_core.weights import atomic_write_bytes
+from zoo_core.weights import atomic_torch_save, atomic_write_bytes
 
 from .support import script_environment, use_test_families, write_class_folders
 
@@ -190,6 +190,39 @@ def test_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp_path, monkeyp
     with pytest.raises(WeightsWriteError, match=rf"could not write {target} \(No space left on device\).*unchanged.*Free space"):
         atomic_write_bytes(b"the new checkpoint", target)
     assert target.read_bytes() == b"the previous checkpoint"
+    assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]
+
+
+def test_a_disk_that_fills_during_a_checkpoint_names_the_file_and_keeps_the_previous_one(tmp_path, monkeypatch):
+    target = tmp_path / "last.pt"
+    atomic_torch_save({"epoch": 1}, target)
+    real_fdopen = os.fdopen
+
+    class FillsUp:
+        """A file that takes 1 kB, then reports a full disk."""
+
+        def __init__(self, stream):
+            self.stream, self.written = stream, 0
+
+        def write(self, data):
+            self.written += len(data)
+            if self.written > 1024:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            return self.stream.write(data)
+
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.stream.close()
+
+    monkeypatch.setattr("zoo_core.weights.os.fdopen", lambda *args, **kwargs: FillsUp(real_fdopen(*args, **kwargs)))
+    with pytest.raises(WeightsWriteError, match=rf"could not write {target} \(No space left on device\).*unchanged"):
+        atomic_torch_save({"epoch": 2, "weights": torch.zeros(10_000)}, target)
+    assert torch.load(target, weights_only=True) == {"epoch": 1}
     assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]
 
 

@@ -17,7 +17,7 @@ import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Mapping
 
 from zoo_core.errors import (
     ChecksumMismatchError,
@@ -41,9 +41,9 @@ __all__ = [
     "load_torch_file",
     "read_weights",
     "atomic_torch_save",
+    "atomic_write",
     "atomic_write_bytes",
     "atomic_link_or_copy",
-    "torch_bytes",
     "download_weights",
     "sha256_of",
     "weights_digest",
@@ -274,8 +274,8 @@ def _write_error(path: Path, error: OSError) -> WeightsWriteError:
     )
 
 
-def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
-    """Write ``data`` to a temp file beside ``path``, fsync, then ``os.replace``: a kill never leaves half a file.
+def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
+    """Call ``write`` on a temp file beside ``path``, fsync, then ``os.replace``: a kill never leaves half a file.
 
     A failed write (a full disk) raises ``WeightsWriteError`` naming ``path``; the temp file is
     removed and the file already at ``path`` is untouched.
@@ -287,7 +287,7 @@ def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
         raise _write_error(path, error) from error
     try:
         with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
+            write(stream)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
@@ -296,6 +296,11 @@ def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
     finally:
         temporary.unlink(missing_ok=True)
     return path
+
+
+def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
+    """Write ``data`` to ``path`` atomically (see ``atomic_write``)."""
+    return atomic_write(path, lambda stream: stream.write(data))
 
 
 def atomic_link_or_copy(source: str | Path, path: str | Path) -> Path:
@@ -321,20 +326,43 @@ def atomic_link_or_copy(source: str | Path, path: str | Path) -> Path:
     return path
 
 
-def torch_bytes(obj: Any) -> bytes:
-    """What ``torch.save(obj)`` would write, in memory (to write it to several files)."""
-    import io
+def atomic_torch_save(obj: Any, path: str | Path) -> Path:
+    """``torch.save`` ``obj`` to ``path`` atomically (see ``atomic_write``).
 
+    ``torch.save`` streams into the temp file: no copy of the whole file is held in memory
+    (a training checkpoint holds the weights three to five times over).
+    """
     import torch
 
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    return buffer.getvalue()
+    def save(stream: BinaryIO) -> None:
+        recording = _WriteErrorRecorder(stream)
+        try:
+            torch.save(obj, recording)
+        except RuntimeError:
+            # torch.save reports a failed write (a full disk) as a RuntimeError about zip offsets.
+            if recording.error is not None:
+                raise recording.error from None
+            raise
+
+    return atomic_write(path, save)
 
 
-def atomic_torch_save(obj: Any, path: str | Path) -> Path:
-    """``torch.save`` ``obj`` to ``path`` atomically (see ``atomic_write_bytes``)."""
-    return atomic_write_bytes(torch_bytes(obj), path)
+class _WriteErrorRecorder:
+    """A binary stream that remembers the ``OSError`` its ``write`` raised (torch.save replaces it by its own error)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+        self.error: OSError | None = None
+
+    def write(self, data: bytes) -> int:
+        try:
+            return self.stream.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.stream.flush()
 
 
 def sha256_of(path: str | Path) -> str:

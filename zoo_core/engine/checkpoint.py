@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from zoo_core.weights import DIGEST_KEY, atomic_link_or_copy, atomic_write_bytes, torch_bytes, weights_digest
+from zoo_core.weights import DIGEST_KEY, atomic_link_or_copy, atomic_torch_save, weights_digest
 
 __all__ = ["CheckpointWriter", "snapshot"]
 
@@ -52,7 +52,7 @@ class CheckpointWriter:
                 if isinstance(checkpoint.get("meta"), dict) and isinstance(checkpoint.get("model"), dict):
                     # A checksum of the deployable weights, checked whenever the file is loaded.
                     checkpoint["meta"] = {**checkpoint["meta"], DIGEST_KEY: weights_digest(checkpoint["model"])}
-                atomic_write_bytes(torch_bytes(checkpoint), last)
+                atomic_torch_save(checkpoint, last)
                 for path in also:
                     atomic_link_or_copy(last, path)
             except BaseException as error:  # surfaced by wait()
