@@ -16,7 +16,9 @@ starts the workers' forkserver while it parses its arguments, before its own imp
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -86,6 +88,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     arguments = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="zoo-startup-"))
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
     write_dataset(workdir / "data")
     (workdir / "train.py").write_text(SCRIPT)
     timings = workdir / "timings.txt"

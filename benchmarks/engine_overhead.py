@@ -15,7 +15,9 @@ shared two-core machine.
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -61,7 +63,7 @@ class EpochTimes(Callback):
 
 
 def engine_images_per_second(data: Path, device: str, epochs: int, images: int, defaults: bool) -> float:
-    times = Path(tempfile.mkdtemp()) / "times.txt"
+    times = Path(tempfile.mkdtemp(dir=Path.cwd())) / "times.txt"
     torch.manual_seed(0)
     same_math = {} if defaults else {"ema": False, "max_grad_norm": None}
     LibreYOLO("resnet18").train(
@@ -110,7 +112,7 @@ def hand_loop(rank: int, world_size: int, data: str, epochs: int, port: int, res
 
 
 def hand_images_per_second(data: Path, world_size: int, epochs: int, images: int) -> float:
-    results = Path(tempfile.mkdtemp()) / "hand.txt"
+    results = Path(tempfile.mkdtemp(dir=Path.cwd())) / "hand.txt"
     if world_size == 1:
         hand_loop(0, 1, str(data), epochs, 0, str(results))
     else:
@@ -125,7 +127,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds; medians are printed")
     arguments = parser.parse_args()
     torch.set_flush_denormal(True)  # subnormal floats slow CPU kernels at random moments (see train_throughput.py)
-    os.chdir(tempfile.mkdtemp(prefix="zoo-bench-"))
+    workdir = tempfile.mkdtemp(prefix="zoo-bench-")
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)  # runs and checkpoints: some GB over the rounds
+    os.chdir(workdir)
     data = write_dataset(Path("data"), arguments.images)
     settings = (("one process", "cpu", 1), ("two CPU ranks", "cpu,cpu", 2))
     # A round runs the three loops back to back, so that drift in the machine's load hits all three alike;

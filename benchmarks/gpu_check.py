@@ -13,7 +13,9 @@ Prints one line per verified item and exits non-zero on the first failure.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -48,7 +50,9 @@ def main() -> int:
         print("FAIL no CUDA device visible; run this on a GPU machine")
         return 1
     print(f"torch {torch.__version__}, CUDA {torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}")
-    os.chdir(tempfile.mkdtemp(prefix="zoo-gpu-check-"))
+    workdir = tempfile.mkdtemp(prefix="zoo-gpu-check-")
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
+    os.chdir(workdir)
     data = write_dataset(Path("data"))
 
     # 1. single-device CUDA training with AMP

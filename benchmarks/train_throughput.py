@@ -14,7 +14,9 @@ floats are flushed to zero on both sides (see ``main``).
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -87,7 +89,9 @@ def main() -> None:
     # Subnormal floats appear as the weights move and make CPU kernels several times slower at
     # unpredictable moments; flushing them keeps both sides measuring the same work.
     torch.set_flush_denormal(True)
-    os.chdir(tempfile.mkdtemp(prefix="zoo-throughput-"))
+    workdir = tempfile.mkdtemp(prefix="zoo-throughput-")
+    atexit.register(shutil.rmtree, workdir, ignore_errors=True)
+    os.chdir(workdir)
     # Alternating rounds, best of each: a shared machine's noise only ever slows a round down,
     # and the first round of a process also pays for cold allocator and thread-pool state.
     plains, engines, recipes = [], [], []
