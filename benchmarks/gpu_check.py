@@ -1,6 +1,7 @@
 """GPU check (not part of CI): the CUDA paths CPU tests cannot reach, verified on a real device.
 
-1. single-device CUDA training with AMP (autocast float16 + GradScaler), loss finite;
+1. single-device CUDA training with AMP (autocast bfloat16 on compute capability 8.0+, else float16 with a
+   GradScaler, whose state the checkpoint then holds), loss finite;
 2. the autobatch probe on CUDA returns a plausible batch (and the global-batch arithmetic);
 3. NCCL is the backend chosen for CUDA ranks, and a one-rank NCCL process group all-reduces;
 4. sync_bn conversion on CUDA gives torch's SyncBatchNorm, and two spawned CUDA ranks (when two
@@ -27,6 +28,7 @@ from PIL import Image
 from zoo_core import LibreYOLO, get_plugin_manager
 from zoo_core.engine.autobatch import global_batch_from_probe, probe_batch_size
 from zoo_core.engine.distributed import choose_backend, find_free_port
+from zoo_core.engine.precision import training_precision
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm
 
 
@@ -59,10 +61,11 @@ def main() -> int:
     model = LibreYOLO("resnet18")
     result = model.train(data=str(data), device=0, epochs=2, batch=16, imgsz=64, workers=2, amp=True, verbose=False)
     checkpoint = torch.load(result.last, map_location="cpu", weights_only=True)
-    assert checkpoint["scaler"] is not None, "AMP's GradScaler state missing from the checkpoint"
+    precision = training_precision(torch.device("cuda", 0), amp=True)
+    assert (checkpoint["scaler"] is not None) == precision.scales_loss, (precision, checkpoint["scaler"])
     losses = [row["train/loss"] for row in result.history]
     assert all(np.isfinite(losses)), losses
-    verified(f"single-device CUDA training with AMP: losses {', '.join(f'{x:.3f}' for x in losses)}, top1 {result.metrics['top1']:.3f}")
+    verified(f"single-device CUDA training with AMP ({precision.dtype}, loss scaling {precision.scales_loss}): losses {', '.join(f'{x:.3f}' for x in losses)}, top1 {result.metrics['top1']:.3f}")
 
     # 2. autobatch probe on CUDA
     recipe = get_plugin_manager().training_recipe("resnet", "18")

@@ -309,3 +309,24 @@ def test_gradient_clipping_on_a_cpu_matches_clip_grad_norm(scale):
     for parameter, twin in zip(model.parameters(), reference.parameters()):
         torch.testing.assert_close(parameter.grad, twin.grad, equal_nan=True)
 
+
+# --------------------------------------------------------------------------- mixed precision
+@pytest.mark.parametrize(
+    ("device", "amp", "major", "expected"),
+    [
+        ("cpu", True, None, (False, torch.float32, False)),
+        ("cuda:0", False, 9, (False, torch.float32, False)),
+        ("cuda:0", True, 9, (True, torch.bfloat16, False)),  # H100: bfloat16, no loss scaling
+        ("cuda:0", True, 8, (True, torch.bfloat16, False)),  # A100
+        ("cuda:0", True, 7, (True, torch.float16, True)),  # V100 / T4: float16 with a GradScaler
+    ],
+)
+def test_amp_uses_bfloat16_where_the_gpu_computes_it_and_scales_only_float16(monkeypatch, device, amp, major, expected):
+    from types import SimpleNamespace
+
+    from zoo_core.engine.precision import training_precision
+
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(major=major))
+    precision = training_precision(torch.device(device), amp)
+    assert (precision.autocast, precision.dtype, precision.scales_loss) == expected

@@ -67,7 +67,8 @@ class TrainConfig(BaseModel):
     ema: bool = True
     ema_decay: float = Field(0.9999, gt=0, lt=1)
     ema_tau: float = Field(2000.0, gt=0)
-    amp: bool = Field(True, description="mixed precision on CUDA (ignored elsewhere)")
+    amp: bool = Field(True, description="mixed precision on CUDA: bfloat16 where the GPU has it, else float16 with loss "
+                                        "scaling (ignored elsewhere; engine/precision.py)")
 
     # stopping, checkpoints, outputs
     patience: int = Field(100, ge=0, description="epochs without fitness improvement before stopping; 0 = never")

@@ -34,6 +34,7 @@ from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.distributed import DistributedContext
 from zoo_core.engine.ema import ModelEMA
 from zoo_core.engine.multi_scale import scaled_size
+from zoo_core.engine.precision import Precision, training_precision
 from zoo_core.engine.progress import EpochProgress, validation_progress
 from zoo_core.engine.recipe import RunInfo, TrainingRecipe
 from zoo_core.engine.resume import elastic_run_identity
@@ -83,7 +84,7 @@ class Loaders:
 
 @dataclass
 class Optimisation:
-    """What one optimisation step touches: the (wrapped) model, optimizer, schedule, scaler and EMA."""
+    """What one optimisation step touches: the (wrapped) model, optimizer, schedule, scaler, EMA and precision."""
 
     model: nn.Module  # unwrapped: parameters, checkpoints, family methods
     wrapped: nn.Module  # what forward passes go through (DDP under several ranks)
@@ -91,7 +92,7 @@ class Optimisation:
     schedule: LRSchedule
     scaler: torch.amp.GradScaler
     ema: ModelEMA | None
-    use_amp: bool
+    precision: Precision
 
     @property
     def evaluated(self) -> nn.Module:
@@ -227,8 +228,8 @@ class Trainer:
         steps = math.ceil(iterations_per_epoch / self.accumulate) * config.epochs
         optimizer = recipe.build_optimizer(model, config, iterations=steps, images_per_step=self.batch * self.accumulate)
         schedule = recipe.lr_schedule(config, iterations_per_epoch, optimizer)
-        use_amp = config.amp and self.device.type == "cuda"
-        scaler = torch.amp.GradScaler("cuda", enabled=use_amp)
+        precision = training_precision(self.device, config.amp)
+        scaler = torch.amp.GradScaler("cuda", enabled=precision.scales_loss)
         if context.distributed:
             wrapped: nn.Module = DistributedDataParallel(
                 model, device_ids=[self.device.index] if self.device.type == "cuda" else None,
@@ -242,7 +243,7 @@ class Trainer:
             wrapped = torch.compile(wrapped, mode="reduce-overhead" if cuda_graphs else None)
         # The EMA starts after DDP has broadcast rank 0's weights, so every rank averages the same thing.
         ema = recipe.build_ema(model, config)
-        return Optimisation(model, wrapped, optimizer, schedule, scaler, ema, use_amp)
+        return Optimisation(model, wrapped, optimizer, schedule, scaler, ema, precision)
 
     def _restore(self, state: Optimisation) -> int:
         """Continue from ``self.checkpoint`` (E16); returns the first epoch to run."""
@@ -418,7 +419,7 @@ class Trainer:
             # Gradients are all-reduced only on the micro-batch that ends an accumulation group.
             sync_context = state.wrapped.no_sync() if context.distributed and not step_now else contextlib.nullcontext()
             with sync_context:
-                with torch.autocast(device_type=self.device.type, dtype=torch.float16, enabled=state.use_amp):
+                with torch.autocast(device_type=self.device.type, dtype=state.precision.dtype, enabled=state.precision.autocast):
                     loss, items = self.recipe.forward_train(state.wrapped, batch)
                 # The loss is a per-sample mean: DDP's gradient averaging makes it the global mean (E6).
                 state.scaler.scale(loss / group_size).backward()
