@@ -111,7 +111,7 @@ def test_info_says_where_a_family_runs_in_channels_last(capsys):
 
 
 def test_train_on_several_devices_starts_the_workers_before_building_the_model(monkeypatch, capsys):
-    """The forkserver's imports overlap the command's own; not for one device, a bad device or under torchrun."""
+    """The forkserver's imports overlap the command's own; not for one device or under torchrun; a bad device stops first."""
     import zoo_core.cli
     import zoo_core.engine.launcher
 
@@ -125,10 +125,14 @@ def test_train_on_several_devices_starts_the_workers_before_building_the_model(m
     monkeypatch.setattr(zoo_core.cli, "_model", build_model)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    for device, expected in (("cpu,cpu", ["workers", "model"]), ("cpu", ["model"]), ("cpu,,cpu", ["model"])):
+    for device, expected in (("cpu,cpu", ["workers", "model"]), ("cpu", ["model"])):
         calls.clear()
         assert main(["train", "resnet18", "--data", "shapes", "--device", device]) == 1
         assert calls == expected, device
+    calls.clear()
+    capsys.readouterr()
+    assert main(["train", "resnet18", "--data", "shapes", "--device", "cpu,,cpu"]) == 2
+    assert calls == [] and "accepted forms" in capsys.readouterr().err  # before the model's seconds of building
     for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")):
         monkeypatch.setenv(name, value)
     calls.clear()

@@ -109,6 +109,38 @@ def test_e1_e9_spawn_trains_resnet_and_the_caller_holds_rank0_best_weights(data,
     assert no_spawn_leftovers(temporary)
 
 
+def test_prepare_workers_starts_the_forkserver_before_train_for_several_devices_only(monkeypatch):
+    """``zoo_core.prepare_workers(device)`` at the top of a script: the workers' imports overlap the script's own."""
+    import multiprocessing.forkserver
+
+    import zoo_core
+    from zoo_core.errors import DeviceSpecError
+
+    started: list[str] = []
+    real_start = launcher.start_worker_server
+    monkeypatch.setattr(launcher, "start_worker_server", lambda: started.append("started"))
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    for device, expected in (("cpu", []), (None, []), ("cpu,cpu", ["started"]), ([0, 1], ["started"])):
+        started.clear()
+        zoo_core.prepare_workers(device)
+        assert started == expected, device
+    with pytest.raises(DeviceSpecError, match="accepted forms"):
+        zoo_core.prepare_workers("cpu,,cpu")
+    for name, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "2")):
+        monkeypatch.setenv(name, value)
+    started.clear()
+    zoo_core.prepare_workers("cpu,cpu")
+    assert started == []  # torchrun started the ranks already
+    for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
+        monkeypatch.delenv(name)
+    monkeypatch.setattr(launcher, "start_worker_server", real_start)
+    zoo_core.prepare_workers("cpu,cpu")
+    if "forkserver" in multiprocessing.get_all_start_methods():
+        assert multiprocessing.forkserver._forkserver._forkserver_pid is not None
+        assert launcher._start_method() == "forkserver"  # train() forks its workers from this one
+
+
 # --------------------------------------------------------------------------- E4, E5, E13 (refused before any worker)
 def test_e4_a_lambda_callback_is_refused_before_spawning(data):
     model = LibreYOLO("tinynet-s")

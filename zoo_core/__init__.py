@@ -20,6 +20,7 @@ __all__ = [
     "TrainResult",
     "TrainingRecipe",
     "get_plugin_manager",
+    "prepare_workers",
     "register_plugin",
     "sample_image",
 ]
@@ -29,6 +30,7 @@ _LAZY = {
     "TrainResult": "zoo_core.engine.train_result",
     "TrainingRecipe": "zoo_core.engine.recipe",
     "get_plugin_manager": "zoo_core.plugin_manager",
+    "prepare_workers": "zoo_core.engine.launcher",
     "register_plugin": "zoo_core.plugin_manager",
     "sample_image": "zoo_core.paths",
 }

@@ -15,7 +15,7 @@ import sys
 from typing import Any, Sequence
 
 from zoo_core import __version__
-from zoo_core.errors import DeviceSpecError, ModelNameError, TrainConfigError, UnknownFamilyError, ZooError
+from zoo_core.errors import ModelNameError, TrainConfigError, UnknownFamilyError, ZooError
 from zoo_core.registry import TASKS
 
 EXPORT_FORMATS = ("libreyolo", "onnx", "torchscript")
@@ -279,29 +279,13 @@ def command_settings(arguments: argparse.Namespace) -> dict[str, Any]:
     return settings
 
 
-def _start_workers_early(device: Any) -> None:
-    """For several devices outside torchrun, start the training workers' forkserver now.
-
-    Its imports (torch, torchvision, the engine) then run while this process imports the same and
-    builds the model; from the Python API the engine can only start it once ``train()`` is called.
-    """
-    from zoo_core.devices import parse_device
-    from zoo_core.engine.distributed import torchrun_environment
-
-    try:
-        plan = parse_device(device)
-    except DeviceSpecError:
-        return  # train() reports it, with the accepted forms
-    if plan.multi_device and not torchrun_environment():
-        from zoo_core.engine.launcher import start_worker_server
-
-        start_worker_server()
-
-
 def command_train(arguments: argparse.Namespace) -> int:
     """``zoo train MODEL data=D [key=value ...]``: train and print the result and where it is."""
     settings = command_settings(arguments)
-    _start_workers_early(settings.get("device"))
+    from zoo_core.engine.launcher import prepare_workers
+
+    # The workers' imports then run while this process imports the same and builds the model.
+    prepare_workers(settings.get("device"))
     model = _model(settings.pop("model"))
     if "data" not in settings:
         raise TrainConfigError("zoo train needs data=...: 'shapes', a dataset YAML or a folder")

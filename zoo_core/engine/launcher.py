@@ -50,13 +50,14 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from zoo_core import errors
-from zoo_core.engine.distributed import LOOPBACK, find_free_port, is_address_in_use_error
+from zoo_core.engine.distributed import LOOPBACK, find_free_port, is_address_in_use_error, torchrun_environment
 from zoo_core.errors import MasterPortInUseError, UnpicklableArgumentError, WorkerFailedError
 
 __all__ = [
     "LaunchPlan",
     "launch",
     "start_worker_server",
+    "prepare_workers",
     "private_workdir",
     "pickle_arguments",
     "write_arguments",
@@ -254,6 +255,21 @@ def start_worker_server() -> None:
         return
     _forkserver_is_ours = True
     atexit.register(shutil.rmtree, _bootstrap_errors_dir(), ignore_errors=True)
+
+
+def prepare_workers(device: Any) -> None:
+    """Start, in the background, the process that ``train(device=device)`` will fork its workers from.
+
+    Optional: ``train()`` starts it itself, but only once it is called, and then waits for its
+    imports (torch, torchvision, the engine: several seconds on a small machine). Called first thing
+    in a script that trains on several devices, the imports run while the script imports torch and
+    builds its model. Does nothing for one device, under torchrun (the ranks exist already) or where
+    the platform has no forkserver; a ``device`` that names no devices is a ``DeviceSpecError``.
+    """
+    from zoo_core.devices import parse_device
+
+    if parse_device(device).multi_device and not torchrun_environment():
+        start_worker_server()
 
 
 def launch(worker: Callable[[int, Path], None], plan: LaunchPlan) -> None:
