@@ -5,7 +5,7 @@ generic process supervisor is ``launcher.py``), and every rank runs ``rank.run_r
 hands the loop to ``trainer.Trainer``. What is family-specific comes from the family's
 ``TrainingRecipe`` (``recipe.py``: forward pass, parameter groups and optimizer (``optim.py``),
 schedule (``schedule.py``), EMA (``ema.py``), events). The other modules are pieces of the loop:
-``distributed`` (process group, collectives), ``sync_batchnorm``, ``autobatch``, ``seeding``,
+``distributed`` (process group, collectives), ``sync_batchnorm``, ``precision`` (AMP), ``autobatch``, ``seeding``,
 ``checkpoint``, ``resume``, ``callbacks``, ``plotting``. docs/architecture.md describes the whole,
 docs/multi-gpu.md is the user's guide.
 

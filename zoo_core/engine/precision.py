@@ -30,7 +30,7 @@ class Precision:
 
 def training_precision(device: torch.device, amp: bool) -> Precision:
     """The precision ``amp`` asks for on ``device``: bfloat16 autocast on a GPU that computes it natively, else float16
-    autocast on CUDA, else float32 (autocast on a CPU would trade accuracy for no speed here)."""
+    autocast on CUDA; float32 off CUDA, where ``amp`` has never applied."""
     if not amp or device.type != "cuda":
         return Precision(autocast=False)
     native_bfloat16 = bool(torch.version.hip) or torch.cuda.get_device_properties(device).major >= 8
