@@ -291,6 +291,30 @@ def test_a_forkserver_that_cannot_start_falls_back_to_spawned_workers_and_says_w
     assert "AF_UNIX path too long" in caplog.text and "TMPDIR" in caplog.text
 
 
+def test_the_forkserver_imports_the_metrics_for_its_workers_exactly_when_the_run_validates(monkeypatch):
+    """Imported in each worker at its first validation, torchmetrics costs every rank its seconds at once."""
+    import multiprocessing.forkserver
+
+    from zoo_core.engine import launcher
+
+    asked: list[list[str]] = []
+
+    def record_preload() -> None:
+        asked.append(list(multiprocessing.forkserver._forkserver._preload_modules))
+        raise OSError("not started by this test")
+
+    for validates in (True, False):
+        monkeypatch.setattr(launcher, "_forkserver_failure", None)
+        monkeypatch.setattr(launcher, "_forkserver_is_ours", False)
+        monkeypatch.setattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
+        monkeypatch.setattr(multiprocessing.forkserver._forkserver, "_preload_modules", ["__main__"])
+        monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", record_preload)
+        launcher.start_worker_server(validates=validates)
+    with_validation, without = asked
+    assert set(launcher.FORKSERVER_PRELOAD) <= set(without) and set(launcher.VALIDATION_PRELOAD).isdisjoint(without)
+    assert set(launcher.FORKSERVER_PRELOAD + launcher.VALIDATION_PRELOAD) <= set(with_validation)
+
+
 @pytest.mark.parametrize("scale", [0.01, 100.0, float("inf")])
 def test_gradient_clipping_on_a_cpu_matches_clip_grad_norm(scale):
     from types import SimpleNamespace

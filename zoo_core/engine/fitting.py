@@ -105,7 +105,7 @@ def _fit_spawned(spec: ModelSpec, config: TrainConfig, plan: "DevicePlan", *, ma
     if config.batch != -1:
         check_divisible(config.batch, world_size)
     encoded = pickle_arguments(_user_arguments(config, manager))  # E4: before any side effect
-    start_worker_server()  # the workers' imports run while the data is prepared
+    start_worker_server(validates=config.val)  # the workers' imports run while the data is prepared
     prepared = prepare_run(spec, config, recipe=recipe, context=single_process_context(plan.torch_device(0)),
                            world_size=world_size, manager=manager)
     encoded.update(pickle_arguments({"spec": spec, "prepared": prepared, "resume_from": resume_from, "device plan": plan}))
