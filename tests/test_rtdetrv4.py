@@ -22,7 +22,7 @@ FAMILY, SMALLEST = "rtdetrv4", "s"
 
 
 def test_rtdetrv4_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=1e-3, images=2, batch=2)
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=1e-3, images=2, batch=2, repeats=40)
 
 
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():
