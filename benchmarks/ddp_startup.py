@@ -5,7 +5,9 @@ optimizer step (the ``on_optimizer_step`` callback). Reported twice: from the co
 (what the user waits for) and from the ``train()`` call (for spawn this includes starting the
 workers; for torchrun the ranks already exist). Target: spawn at most 1.1x torchrun. A third
 row runs the same script calling ``zoo_core.prepare_workers(device)`` before it builds the model,
-so the workers' imports overlap the script's own.
+so the workers' imports overlap the script's own. The runs do not validate (``val=False``): with
+validation on, the workers' forkserver also imports torchmetrics before the first step (2.5 s
+here), which under torchrun every rank imports at its first validation instead.
 
 Then the same training from the command line, ``zoo train ... --device cpu,cpu`` against
 ``torchrun ... -m zoo_core train ... --device cpu``, timed from the command's start to its end
@@ -47,7 +49,7 @@ if __name__ == "__main__":
     timings, device = sys.argv[1], sys.argv[2]
     if sys.argv[3:] == ["prepare"]:
         import zoo_core
-        zoo_core.prepare_workers(device)
+        zoo_core.prepare_workers(device, validates=False)  # as train(val=False) below
     model = LibreYOLO("resnet18")
     if os.environ.get("RANK", "0") == "0":
         with open(timings, "a") as stream:

@@ -121,14 +121,17 @@ def test_train_on_several_devices_starts_the_workers_before_building_the_model(m
         calls.append("model")
         raise RuntimeError("stop here")  # main() reports it as one line
 
-    monkeypatch.setattr(zoo_core.engine.launcher, "start_worker_server", lambda: calls.append("workers"))
+    monkeypatch.setattr(zoo_core.engine.launcher, "start_worker_server", lambda validates: calls.append(f"workers {validates}"))
     monkeypatch.setattr(zoo_core.cli, "_model", build_model)
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
-    for device, expected in (("cpu,cpu", ["workers", "model"]), ("cpu", ["model"])):
+    for device, expected in (("cpu,cpu", ["workers True", "model"]), ("cpu", ["model"])):
         calls.clear()
         assert main(["train", "resnet18", "--data", "shapes", "--device", device]) == 1
         assert calls == expected, device
+    calls.clear()
+    assert main(["train", "resnet18", "--data", "shapes", "--device", "cpu,cpu", "val=false"]) == 1
+    assert calls == ["workers False", "model"]  # a run that never validates does not import the metrics
     calls.clear()
     capsys.readouterr()
     assert main(["train", "resnet18", "--data", "shapes", "--device", "cpu,,cpu"]) == 2

@@ -118,7 +118,7 @@ def test_prepare_workers_starts_the_forkserver_before_train_for_several_devices_
 
     started: list[str] = []
     real_start = launcher.start_worker_server
-    monkeypatch.setattr(launcher, "start_worker_server", lambda: started.append("started"))
+    monkeypatch.setattr(launcher, "start_worker_server", lambda validates: started.append("started"))
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for device, expected in (("cpu", []), (None, []), ("cpu,cpu", ["started"]), ([0, 1], ["started"])):

@@ -285,7 +285,7 @@ def command_train(arguments: argparse.Namespace) -> int:
     from zoo_core.engine.launcher import prepare_workers
 
     # The workers' imports then run while this process imports the same and builds the model.
-    prepare_workers(settings.get("device"))
+    prepare_workers(settings.get("device"), validates=settings.get("val", True) is not False)
     model = _model(settings.pop("model"))
     if "data" not in settings:
         raise TrainConfigError("zoo train needs data=...: 'shapes', a dataset YAML or a folder")

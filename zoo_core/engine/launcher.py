@@ -262,19 +262,21 @@ def start_worker_server(validates: bool = True) -> None:
     atexit.register(shutil.rmtree, _bootstrap_errors_dir(), ignore_errors=True)
 
 
-def prepare_workers(device: Any) -> None:
+def prepare_workers(device: Any, *, validates: bool = True) -> None:
     """Start, in the background, the process that ``train(device=device)`` will fork its workers from.
 
     Optional: ``train()`` starts it itself, but only once it is called, and then waits for its
     imports (torch, torchvision, the engine, the metrics: several seconds on a small machine).
     Called first thing in a script that trains on several devices, the imports run while the script
-    imports torch and builds its model. Does nothing for one device, under torchrun (the ranks exist already) or where
-    the platform has no forkserver; a ``device`` that names no devices is a ``DeviceSpecError``.
+    imports torch and builds its model. ``validates=False`` (for ``train(val=False)``) leaves out
+    the metrics, which such a run never imports. Does nothing for one device, under torchrun (the
+    ranks exist already) or where the platform has no forkserver; a ``device`` that names no
+    devices is a ``DeviceSpecError``.
     """
     from zoo_core.devices import parse_device
 
     if parse_device(device).multi_device and not torchrun_environment():
-        start_worker_server()
+        start_worker_server(validates=validates)
 
 
 def launch(worker: Callable[[int, Path], None], plan: LaunchPlan) -> None:
