@@ -73,7 +73,8 @@ GRACE_SECONDS = 3.0  # how long the other workers get to exit on their own after
 INTERRUPT_GRACE_SECONDS = 60.0  # how long workers get after Ctrl-C to finish the checkpoint being written
 WORKDIR_PREFIX = "zoo-spawn-"
 # What the forkserver imports once for all the workers it forks: what a worker needs before its first
-# step (torch and torchvision are most of it; neither touches CUDA or starts threads on import).
+# step (torch and torchvision are most of it). None of these imports touches CUDA or starts GNU
+# OpenMP's thread pool, which only a parallel op starts and which a fork would leave hanging.
 FORKSERVER_PRELOAD = [
     "torch", "torchvision", "zoo_core.engine.fitting", "zoo_core.engine.rank", "zoo_core.engine.trainer",
     "zoo_core.tasks.classify", "zoo_core.tasks.detect", "zoo_core.tasks.restore", "zoo_core.tasks.semantic",
@@ -81,7 +82,7 @@ FORKSERVER_PRELOAD = [
 # Added when the run validates: torchmetrics (2.5 s of imports here, transformers and scipy.signal
 # among them) is needed at the first validation, and imported there it costs every worker that time
 # at once, N times the CPU; imported here it costs it once, and nothing for a later launch from the
-# same process (a notebook, a test suite: 17 spawn tests went from 119 s to 69 s).
+# same process (a notebook, a test suite: 17 spawn tests went from 119 s to 60 s).
 VALIDATION_PRELOAD = ["zoo_core.tasks.metrics"]
 _SPAWNED_WORKER_MARKER = "ZOO_SPAWNED_WORKER"
 _ERROR_DIRECTORY_VARIABLE = "ZOO_SPAWN_ERROR_DIR"
