@@ -32,7 +32,7 @@ from zoo_core.errors import (
     WeightsWriteError,
 )
 from zoo_core.testing import isolated_plugin_manager
-from zoo_core.weights import atomic_torch_save, atomic_write_bytes
+from zoo_core.weights import atomic_torch_save, atomic_write
 
 from .support import script_environment, use_test_families, write_class_folders
 
@@ -181,14 +181,14 @@ def test_a_flipped_bit_in_a_zoo_file_is_a_named_error(tmp_path, suffix):
 
 def test_a_full_disk_names_the_file_and_keeps_the_previous_one(tmp_path, monkeypatch):
     target = tmp_path / "last.pt"
-    atomic_write_bytes(b"the previous checkpoint", target)
+    atomic_write(target, lambda stream: stream.write(b"the previous checkpoint"))
 
     def no_space(descriptor: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr("zoo_core.weights.os.fsync", no_space)
     with pytest.raises(WeightsWriteError, match=rf"could not write {target} \(No space left on device\).*unchanged.*Free space"):
-        atomic_write_bytes(b"the new checkpoint", target)
+        atomic_write(target, lambda stream: stream.write(b"the new checkpoint"))
     assert target.read_bytes() == b"the previous checkpoint"
     assert [path.name for path in tmp_path.iterdir()] == ["last.pt"]
 

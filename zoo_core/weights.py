@@ -42,7 +42,6 @@ __all__ = [
     "read_weights",
     "atomic_torch_save",
     "atomic_write",
-    "atomic_write_bytes",
     "atomic_link_or_copy",
     "download_weights",
     "sha256_of",
@@ -296,11 +295,6 @@ def atomic_write(path: str | Path, write: Callable[[BinaryIO], None]) -> Path:
     finally:
         temporary.unlink(missing_ok=True)
     return path
-
-
-def atomic_write_bytes(data: bytes, path: str | Path) -> Path:
-    """Write ``data`` to ``path`` atomically (see ``atomic_write``)."""
-    return atomic_write(path, lambda stream: stream.write(data))
 
 
 def atomic_link_or_copy(source: str | Path, path: str | Path) -> Path:
