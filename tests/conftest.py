@@ -21,6 +21,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 
 
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """A test may set torch's thread count for itself; the next test starts with the session's again.
+
+    A leaked count of 2 under `make test` put three busy threads on two cores for the rest of that
+    worker's tests, and GNU OpenMP's spinning made some of them several times slower.
+    """
+    threads = torch.get_num_threads()
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _multiprocessing_temp_dir_outside_tests() -> None:
     """multiprocessing keeps the first temporary folder it is asked for (the forkserver's socket lives

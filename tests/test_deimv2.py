@@ -146,7 +146,6 @@ def test_training_loss_matches_libreyolo():
     from tests.oracle_cases import _detr_targets, example_targets
     from zoo_deimv2.convert import from_libreyolo
 
-    torch.set_num_threads(2)
     theirs = _libreyolo(SMALLEST)
     ours = build(FAMILY, SMALLEST)
     ours.load_state_dict(from_libreyolo(SMALLEST, theirs.state_dict()))

@@ -106,6 +106,5 @@ def test_training_loss_matches_libreyolo(monkeypatch):
 
     assert zoo_ec.model.CRITERION.gamma == 1.5
     monkeypatch.setattr(zoo_ec.model, "CRITERION", dataclasses.replace(zoo_ec.model.CRITERION, gamma=2.0))
-    torch.set_num_threads(2)
     expected, got = training_loss_parity(FAMILY, SMALLEST, 128)
     assert got == pytest.approx(expected, rel=1e-5)

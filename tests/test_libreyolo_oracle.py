@@ -28,7 +28,6 @@ def test_every_family_has_an_oracle_case():
 
 @pytest.mark.parametrize(("family", "size"), SMALLEST, ids=[f"{family}-{size}" for family, size in SMALLEST])
 def test_the_smallest_size_reproduces_libreyolo_both_ways(family, size, tmp_path):
-    torch.set_num_threads(2)
     outcome = compare_on_random_weights(family, size, tmp_path)
     print(outcome)
     assert outcome["zoo_params"] == outcome["libreyolo_params"]

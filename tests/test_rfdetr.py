@@ -133,7 +133,6 @@ def test_training_loss_matches_libreyolo():
     from tests.oracle_cases import _detr_targets, _imagenet_normalised, example_targets
     from zoo_rfdetr.convert import from_libreyolo
 
-    torch.set_num_threads(2)
     torch.manual_seed(0)
     with contextlib.redirect_stdout(io.StringIO()):
         theirs = libreyolo.LibreRFDETR(None, size=SMALLEST, nb_classes=3, device="cpu", _scratch_init=True).model

@@ -25,14 +25,6 @@ IGNORE = 255
 TINY = {"base_channels": 8, "head_channels": 8}  # the published topology at 1/8 width, for speed
 
 
-@pytest.fixture(autouse=True)
-def _few_threads():
-    previous = torch.get_num_threads()
-    torch.set_num_threads(2)
-    yield
-    torch.set_num_threads(previous)
-
-
 def build(num_classes: int = 3, **options):
     return get_plugin_manager().build_model("unet", "s", num_classes, options)
 
