@@ -91,6 +91,19 @@ def test_weights_need_a_real_sha256(tmp_path):
         load_registry(write(tmp_path, text))
 
 
+def test_the_registry_is_read_with_libyaml_and_reads_as_safe_load_reads_it():
+    import yaml
+
+    from zoo_core import registry
+
+    text = registry.registry_path().read_text(encoding="utf-8")
+    if yaml.__with_libyaml__:  # PyYAML's wheels are built with it
+        assert registry._SAFE_LOADER is yaml.CSafeLoader
+    assert yaml.load(text, Loader=registry._SAFE_LOADER) == yaml.safe_load(text)
+    with pytest.raises(yaml.constructor.ConstructorError):  # no arbitrary Python objects, as safe_load
+        yaml.load("!!python/object/apply:os.getcwd []", Loader=registry._SAFE_LOADER)
+
+
 def test_not_yaml_and_not_a_mapping(tmp_path):
     with pytest.raises(RegistryError, match="not valid YAML"):
         load_registry(write(tmp_path, "families: [unclosed"))

@@ -33,6 +33,11 @@ __all__ = [
     "normalise_image_size",
 ]
 
+# libyaml's safe loader where PyYAML has it (its wheels do): the same documents as yaml.safe_load,
+# but the 100 kB registry that every process building a plugin manager reads (each training worker,
+# each `zoo` command) parses in 0.02 s instead of 0.3 s.
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
 TASKS = ("detect", "points", "classify", "semantic", "restore")
 # Tasks whose data pipeline resizes to any height × width; the others letterbox or crop to a square.
 RECTANGULAR_TASKS = frozenset({"semantic"})
@@ -247,7 +252,7 @@ def _load_registry_file(path: Path) -> dict[str, FamilyDeclaration]:
     except OSError as error:
         raise RegistryError(f"cannot read the registry {path}: {error}") from None
     try:
-        document = yaml.safe_load(text)
+        document = yaml.load(text, Loader=_SAFE_LOADER)
     except yaml.YAMLError as error:
         raise RegistryError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(document, dict) or not isinstance(document.get("families"), dict):
