@@ -354,3 +354,14 @@ def test_amp_uses_bfloat16_where_the_gpu_computes_it_and_scales_only_float16(mon
     monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: SimpleNamespace(major=major))
     precision = training_precision(torch.device(device), amp)
     assert (precision.autocast, precision.dtype, precision.scales_loss) == expected
+
+
+def test_run_directories_take_the_first_free_name_and_never_reuse_one(tmp_path):
+    from zoo_core.run_dirs import next_run_dir
+
+    assert next_run_dir("detect", project=tmp_path) == tmp_path / "detect" / "train"
+    (tmp_path / "detect" / "train3").mkdir()
+    assert next_run_dir("detect", project=tmp_path) == tmp_path / "detect" / "train2"
+    assert next_run_dir("detect", project=tmp_path) == tmp_path / "detect" / "train4"
+    assert next_run_dir("detect", project=tmp_path, exist_ok=True) == tmp_path / "detect" / "train"
+    assert next_run_dir("detect", "val", project=tmp_path) == tmp_path / "detect" / "val"

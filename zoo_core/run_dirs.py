@@ -18,8 +18,8 @@ def next_run_dir(task: str, name: str = "train", project: str | Path = "runs", *
         path = parent / name
         path.mkdir(exist_ok=True)
         return path
-    candidates = [parent / name] + [parent / f"{name}{index}" for index in range(2, 10_000)]
-    for path in candidates:
+    for index in range(1, 10_000):
+        path = parent / (name if index == 1 else f"{name}{index}")
         try:
             path.mkdir()
         except FileExistsError:
