@@ -9,6 +9,9 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q -e ".[test,tensorboard]"
+	# Bytecode for zoo's own modules: an editable install leaves them as source, and where
+	# PYTHONDONTWRITEBYTECODE is set (as on the CI machine) every process would compile them again.
+	$(BIN)/python -m compileall -q zoo_core plugins
 	touch $(STAMP)
 
 install: $(STAMP)
