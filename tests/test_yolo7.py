@@ -339,18 +339,19 @@ def test_the_recipe_is_the_published_one():
 
 
 def test_yolo7_tiny_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
-    """YOLOv7-tiny on 4 scenes of 96 px, 160 AdamW steps of 4 images without warm-up (the recipe's
+    """YOLOv7-tiny on 4 scenes of 96 px, 200 AdamW steps of 4 images without warm-up (the recipe's
     1000-iteration minimum is switched off with ``warmup_iters=0``).
 
-    Each epoch shows every scene 10 times (10 steps), so the run writes 16 checkpoints rather
-    than one per step. mAP50 0.91 on one thread and 0.92 on two (lr0 0.005 gave 0.90 and 0.76:
-    too close to the edge). The published BatchNorm momentum 0.03 leaves the running statistics
-    of a run this short far behind the weights: the run builds the model with torch's 0.1 (build
-    option ``bn_momentum``).
+    Each epoch shows every scene 10 times (10 steps), so the run writes 20 checkpoints rather
+    than one per step. With 160 steps the result hung on the random draw of the class head: mAP50
+    0.66 to 1.0 over run seeds and draw orders. With 200 it is 1.0 at run seeds 0 to 3, and 0.905
+    and 0.916 when the head is drawn first (lr0 0.005 was worse than 0.004). The published BatchNorm
+    momentum 0.03 leaves the running statistics of a run this short far behind the weights: the
+    run builds the model with torch's 0.1 (build option ``bn_momentum``).
     """
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "yolo7-tiny", "detect", images=4, size=96, batch=4, repeats=10, options={"bn_momentum": 0.1},
-        val_options={"plots": False}, epochs=16, nbs=4, optimizer="AdamW", lr0=0.004, warmup_iters=0, mosaic=0.0,
+        val_options={"plots": False}, epochs=20, nbs=4, optimizer="AdamW", lr0=0.004, warmup_iters=0, mosaic=0.0,
         close_mosaic=0)
     assert metrics["mAP50"] >= 0.8
     checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
