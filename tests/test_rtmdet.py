@@ -287,7 +287,10 @@ def test_rtmdet_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Pa
         tmp_path, "rtmdet-t", "detect", images=8, size=96, batch=8, prepare=open_the_boxes, val_options={"plots": False},
         epochs=60, nbs=8, optimizer="AdamW", lr0=0.003, warmup_iters=0, mosaic=0.0, close_mosaic=0)
     assert metrics["mAP50"] >= 0.8
-    checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
+    # RTMDet's scores are IoU-aware (soft targets): after this short run the true boxes score over 0.9
+    # and a stray box of another class can reach 0.26 (seen with the class head drawn first), so the
+    # drawing is checked at 0.5, not at the edge of those strays.
+    checks.assert_detector_draws_its_predictions(model, images, conf=0.5, size=96)
 
 
 def test_rtmdet_t_trains_one_epoch_on_two_spawned_cpu_ranks():
