@@ -104,6 +104,11 @@ def test_the_registry_is_read_with_libyaml_and_reads_as_safe_load_reads_it():
         yaml.load("!!python/object/apply:os.getcwd []", Loader=registry._SAFE_LOADER)
 
 
+def test_a_registry_file_that_asks_for_python_objects_is_refused(tmp_path):
+    with pytest.raises(RegistryError, match="not valid YAML"):
+        load_registry(write(tmp_path, "families: !!python/object/apply:os.getcwd []"))
+
+
 def test_not_yaml_and_not_a_mapping(tmp_path):
     with pytest.raises(RegistryError, match="not valid YAML"):
         load_registry(write(tmp_path, "families: [unclosed"))
