@@ -14,11 +14,39 @@ import torch
 
 from zoo_core.testing import isolated_plugin_manager
 
+from .learning import LearningRun
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # `make test` runs two workers on two cores: one torch thread each, not two contending pairs.
     torch.set_num_threads(1)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("learning", "learning tests (benchmarks/learning_margins.py varies these)")
+    group.addoption("--learning-seed", type=int, default=0,
+                    help="seed of every learning test's model, sampler and augmentation (default 0)")
+    group.addoption("--learning-threads", type=int, default=None,
+                    help="torch threads for every learning test (default: the session's)")
+    group.addoption("--learning-report", type=Path, default=None,
+                    help="append each learning test's scores to this file as JSON lines")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "learning" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.learning)
+
+
+@pytest.fixture
+def learning(request: pytest.FixtureRequest, _torch_threads_restored: None) -> LearningRun:
+    """The seed and thread count of a learning test, and its ``expect`` (tests/learning.py)."""
+    threads = request.config.getoption("--learning-threads")
+    if threads is not None:  # after any file-level one-thread fixture, which autouse puts first
+        torch.set_num_threads(threads)
+    return LearningRun(test=request.node.nodeid, seed=request.config.getoption("--learning-seed"),
+                       threads=torch.get_num_threads(), report=request.config.getoption("--learning-report"))
 
 
 @pytest.fixture(autouse=True)

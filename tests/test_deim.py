@@ -27,8 +27,8 @@ FAMILY, SMALLEST = "deim", "n"
 _one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)
 
 
-def test_deim_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=1e-3, images=2, batch=2, repeats=40)
+def test_deim_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=80, lr0=1e-3, images=2, batch=2, repeats=40)
 
 
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():

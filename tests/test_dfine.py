@@ -29,8 +29,8 @@ FAMILY, SMALLEST = "dfine", "n"
 _one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)
 
 
-def test_dfine_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=1e-3, images=2, batch=2, repeats=40)
+def test_dfine_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=80, lr0=1e-3, images=2, batch=2, repeats=40)
 
 
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():
@@ -60,9 +60,8 @@ def test_keys_map_to_libreyolo_both_ways():
 
 
 def test_official_keys_load_through_the_upstream_layout():
-    from zoo_dfine import convert_weights
+    from zoo_dfine.convert import convert
 
-    libreyolo_keys = convert_weights(FAMILY, SMALLEST, {"decoder.anchors": torch.zeros(1), "decoder.up": torch.zeros(1)},
-                                     "upstream", "zoo")
+    libreyolo_keys = convert(SMALLEST, {"decoder.anchors": torch.zeros(1), "decoder.up": torch.zeros(1)}, "upstream", "zoo")
     assert set(libreyolo_keys) == {"decoder.up"}  # the cached anchors are recomputed, not loaded
-    assert convert_weights("yolo9", SMALLEST, {}, "upstream", "zoo") is None
+    assert get_plugin_manager().family("yolo9").converter != "zoo_dfine.convert:convert"  # dfine's converter is dfine's only

@@ -24,8 +24,8 @@ pytestmark = pytest.mark.timeout(600)
 FAMILY, SMALLEST = "ec", "s"
 
 
-def test_ec_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=60, lr0=1e-3, images=2, batch=2)
+def test_ec_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=60, lr0=1e-3, images=2, batch=2)
 
 
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():

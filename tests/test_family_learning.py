@@ -41,50 +41,51 @@ def sample_on_itself(tmp_path: Path, task: str, *, images: int, size: int) -> Pa
     return path
 
 
-def test_yolo9_t_overfits_a_fixed_sample_to_a_high_map(tmp_path):
-    """YOLOv9-t on 4 scenes of 96 px, 120 AdamW steps of 4 images; then it draws what it was shown.
+def test_yolo9_t_overfits_a_fixed_sample_to_a_high_map(tmp_path, learning):
+    """YOLOv9-t on 4 scenes of 96 px, 200 AdamW steps of 4 images at lr0 0.005; then it draws what it was shown.
 
     Each epoch shows every scene 10 times (10 steps): a checkpoint per step would cost three
-    times the step itself. It scores mAP50 0.96 / mAP50-95 0.88 on one thread and 0.94 / 0.85 on
-    two, and still 0.83 / 0.72 at lr0 0.008 and 0.83 / 0.82 at 0.005, about 30 s on a busy
-    two-core machine. The published BatchNorm momentum 0.03 leaves the running statistics of a run
-    this short far behind the weights: the run builds the model with torch's 0.1 (build option
-    ``bn_momentum``).
+    times the step itself. 120 steps at lr0 0.01 scored mAP50 from 0.57 to 1.0 over seeds: one
+    missed object of a 4-scene sample is a cliff, so the run is longer and the threshold is 80 % of
+    the worst score over seeds and thread counts (benchmarks/learning_margins.py (docs/performance.md has its table)). The
+    published BatchNorm momentum 0.03 leaves the running statistics of a run this short far behind
+    the weights: the run builds the model with torch's 0.1 (build option ``bn_momentum``).
     """
     from tests import family_checks as checks
 
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "yolo9-t", "detect", images=4, size=96, batch=4, repeats=10, options={"bn_momentum": 0.1},
-        val_options={"plots": False}, epochs=12, nbs=4, optimizer="AdamW", lr0=0.01, mosaic=0.0, close_mosaic=0)
-    assert metrics["mAP50"] > 0.8 and metrics["mAP50-95"] > 0.6
-    checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
+        val_options={"plots": False}, epochs=20, nbs=4, optimizer="AdamW", lr0=0.005, mosaic=0.0, close_mosaic=0,
+        seed=learning.seed)
+    learning.expect(metrics, {"mAP50": 0.6, "mAP50-95": 0.5},
+                    checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.25, size=96)})
 
 
 @pytest.mark.slow
-def test_unet_s_overfits_a_fixed_sample_far_above_the_untrained_model(tmp_path):
+def test_unet_s_overfits_a_fixed_sample_far_above_the_untrained_model(tmp_path, learning):
     data = sample_on_itself(tmp_path, "semantic", images=4, size=64)
-    torch.manual_seed(0)
-    model = LibreYOLO("unet-s", num_classes=5)
+    model = LibreYOLO("unet-s", num_classes=5, seed=learning.seed)
     untrained = model.val(data=str(data), batch=4, imgsz=64, workers=0)
     # ema=False: 40 steps are too few for an average to catch up, and each checkpoint is 2 copies lighter.
-    model.train(data=str(data), epochs=40, batch=4, imgsz=64, nbs=4, optimizer="AdamW", lr0=0.001, ema=False, **OVERFIT)
+    model.train(data=str(data), epochs=40, batch=4, imgsz=64, nbs=4, optimizer="AdamW", lr0=0.001, ema=False,
+                seed=learning.seed, **OVERFIT)
     metrics = model.val(data=str(data), batch=4, imgsz=64, workers=0)
     print(f"unet-s on its 4 training scenes: {metrics} (untrained: {untrained})")
-    assert metrics["pixel_acc"] > 0.9 and metrics["mIoU"] > 0.45 and metrics["mIoU"] > 3 * untrained["mIoU"]
     (result,) = model.predict(yaml.safe_load(data.read_text())["path"] + "/images/train/000000.png", save=True)
-    assert result.mask.shape == (64, 64) and result.save_path.is_file()
+    learning.expect({**metrics, "mIoU_gain": metrics["mIoU"] / untrained["mIoU"]},
+                    {"pixel_acc": 0.7, "mIoU": 0.4, "mIoU_gain": 3.0},
+                    checks={"drawing": result.mask.shape == (64, 64) and result.save_path.is_file()})
 
 
-def test_nafnet_s_overfits_a_fixed_sample_well_above_the_degraded_input(tmp_path):
+def test_nafnet_s_overfits_a_fixed_sample_well_above_the_degraded_input(tmp_path, learning):
     data = sample_on_itself(tmp_path, "restore", images=8, size=32)
-    torch.manual_seed(0)
-    model = LibreYOLO("nafnet-s")
-    model.train(data=str(data), epochs=20, batch=4, imgsz=32, nbs=4, lr0=0.002, ema=False, **OVERFIT)
+    model = LibreYOLO("nafnet-s", seed=learning.seed)
+    model.train(data=str(data), epochs=20, batch=4, imgsz=32, nbs=4, lr0=0.002, ema=False, seed=learning.seed, **OVERFIT)
     metrics = model.val(data=str(data), batch=4, imgsz=32, workers=0)
     print(f"nafnet-s on its 8 training scenes: {metrics}")
-    assert metrics["psnr"] > metrics["psnr_input"] + 3.0
     (result,) = model.predict(yaml.safe_load(data.read_text())["path"] + "/images/train/000000.png", save=True)
-    assert tuple(result.image.shape) == (3, 32, 32) and result.save_path.is_file()
+    learning.expect({"psnr_gain_db": metrics["psnr"] - metrics["psnr_input"]}, {"psnr_gain_db": 3.0},
+                    checks={"drawing": tuple(result.image.shape) == (3, 32, 32) and result.save_path.is_file()})
 
 
 @pytest.mark.parametrize(

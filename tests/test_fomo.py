@@ -130,17 +130,17 @@ def test_decoding_matches_libreyolo_points_and_the_points_contract():
         assert (item["points"][:, 0] <= 64).all() and (item["points"][:, 1] <= 96).all()
 
 
-def test_fomo_s_overfits_a_fixed_sample_to_a_high_centroid_f1(tmp_path: Path):
-    # the points task reads detection data; 40 epochs (80 steps): f1 0.93-0.97 over the loader seeds 0-3 on one
-    # thread (30 epochs: 0.88-0.89)
+def test_fomo_s_overfits_a_fixed_sample_to_a_high_centroid_f1(tmp_path: Path, learning):
+    # The points task reads detection data; 40 epochs (80 steps; 30 were too few). The threshold is 80 % of the
+    # worst f1 over seeds and thread counts (benchmarks/learning_margins.py).
     model, metrics, images = checks.overfit_fixed_sample(tmp_path, "fomo-s", "detect", images=16, size=96, batch=8,
-                                                         epochs=40, optimizer="Adam", lr0=0.003)
-    assert metrics["f1"] >= 0.8
+                                                         epochs=40, optimizer="Adam", lr0=0.003, seed=learning.seed)
     first = images / "000000.png"
     (result,) = model.predict(str(first), save=True, conf=0.5)
-    assert isinstance(result, PointsResult) and len(result.points) > 0
-    assert set(result.labels.tolist()) & checks.true_classes(first)
-    assert Image.open(result.save_path).size == (96, 96)
+    assert isinstance(result, PointsResult)
+    drawn = (len(result.points) > 0 and bool(set(result.labels.tolist()) & checks.true_classes(first))
+             and Image.open(result.save_path).size == (96, 96))
+    learning.expect(metrics, {"f1": 0.75}, checks={"drawing": drawn})
 
 
 def test_fomo_s_trains_one_epoch_on_two_spawned_cpu_ranks():

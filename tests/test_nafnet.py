@@ -261,14 +261,14 @@ def test_model_loss_is_the_psnr_loss_against_the_targets_or_charbonnier_on_reque
 
 
 # --------------------------------------------------------------------------- learning
-def test_nafnet_s_learns_to_denoise_with_the_published_optimiser(one_thread):
+def test_nafnet_s_learns_to_denoise_with_the_published_optimiser(one_thread, learning):
     """Real size-s network, 32×32 crops, AdamW(lr 1e-3, betas 0.9/0.9, wd 0) and the PSNR loss.
 
     Fresh Gaussian noise (σ = 0.1, about 20 dB) every step, so the network cannot memorise the
     noise; it is scored on images it never saw, with their own noise.
     """
-    generator = torch.Generator().manual_seed(0)
-    torch.manual_seed(0)
+    generator = torch.Generator().manual_seed(learning.seed)
+    torch.manual_seed(learning.seed)
     train_clean = smooth_images(8, 32, generator)
     val_clean = smooth_images(4, 32, generator)
     sigma = 0.1
@@ -289,4 +289,5 @@ def test_nafnet_s_learns_to_denoise_with_the_published_optimiser(one_thread):
         restored = model(val_noisy)
     noisy_psnr = mean_psnr(val_noisy, val_clean)
     restored_psnr = mean_psnr(restored, val_clean)
-    assert restored_psnr > noisy_psnr + 3.0, f"restored {restored_psnr:.2f} dB vs noisy {noisy_psnr:.2f} dB"
+    print(f"restored {restored_psnr:.2f} dB vs noisy {noisy_psnr:.2f} dB")
+    learning.expect({"psnr_gain_db": restored_psnr - noisy_psnr}, {"psnr_gain_db": 3.0})

@@ -193,20 +193,19 @@ def test_the_recipe_is_paddledetections_legacy_one():
     assert torch.equal(ema.module.state_dict()[name], model.state_dict()[name]) and ema.updates == 0
 
 
-def test_picodet_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
+def test_picodet_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path, learning):
     """120 AdamW steps at batch 4 on 8 scenes of 64 px, constant rate, no warm-up, no EMA.
 
-    Measured on one thread over the loader seeds 0-5: mAP50 0.92-1.0. At AdamW 5e-3 (lr0 0.64) the 100-step
-    run was chaotic: 0.96 alone on one thread, 0.42-1.0 over the loader seeds and 0.54 in a 2-worker run on
-    two threads (another reduction order); a cosine tail did not help, half that rate did.
+    At twice that rate the run was chaotic over seeds and thread counts; a cosine tail did not help,
+    half the rate did. The threshold is 80 % of the worst mAP50 over seeds and thread counts, as
+    ``benchmarks/learning_margins.py`` measures it.
     """
     # The recipe reads lr0 as the rate of 512 images and scales it to the batch: 0.32 at batch 4 is AdamW at 2.5e-3,
     # held constant (the published cosine to 0 spends half of a short run at a crawl).
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "picodet-s", "detect", images=8, size=64, batch=4, val_batch=8, epochs=60, optimizer="AdamW", lr0=0.32,
-        lr_schedule="constant", warmup_iters=0, ema=False)
-    assert metrics["mAP50"] >= 0.8
-    checks.assert_detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)
+        lr_schedule="constant", warmup_iters=0, ema=False, seed=learning.seed)
+    learning.expect(metrics, {"mAP50": 0.7}, checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)})
 
 
 def test_picodet_s_trains_one_epoch_on_two_spawned_cpu_ranks():

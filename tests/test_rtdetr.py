@@ -31,8 +31,8 @@ pytestmark = pytest.mark.timeout(600)
 FAMILY, SMALLEST = "rtdetr", "r18"
 
 
-def test_rtdetr_r18_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=60, lr0=1e-3, images=2, batch=2, repeats=30)
+def test_rtdetr_r18_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=60, lr0=1e-3, images=2, batch=2, repeats=30)
 
 
 def test_two_spawned_ranks_at_half_batch_equal_one_process_and_return_metrics(tmp_path):

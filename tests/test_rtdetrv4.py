@@ -21,8 +21,8 @@ pytestmark = pytest.mark.timeout(600)
 FAMILY, SMALLEST = "rtdetrv4", "s"
 
 
-def test_rtdetrv4_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=80, lr0=1e-3, images=2, batch=2, repeats=40)
+def test_rtdetrv4_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=80, lr0=1e-3, images=2, batch=2, repeats=40)
 
 
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():
@@ -40,10 +40,10 @@ def test_the_recipe_is_deims_without_the_teacher():
 def test_official_checkpoints_drop_the_training_only_feature_projector():
     import torch
 
-    from zoo_rtdetrv4 import convert_weights
+    from zoo_rtdetrv4.convert import convert
 
-    converted = convert_weights(FAMILY, SMALLEST, {"encoder.feature_projector.0.weight": torch.zeros(1), "decoder.up": torch.zeros(1)},
-                                "upstream", "zoo")
+    converted = convert(SMALLEST, {"encoder.feature_projector.0.weight": torch.zeros(1), "decoder.up": torch.zeros(1)},
+                        "upstream", "zoo")
     assert set(converted) == {"decoder.up"}
 
 

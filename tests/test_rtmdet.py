@@ -270,7 +270,7 @@ def test_the_recipe_is_the_published_one():
     assert schedule.factor(10 * 300 - 1) == pytest.approx(0.05, abs=1e-3)
 
 
-def test_rtmdet_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
+def test_rtmdet_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path, learning):
     """RTMDet-t on 8 scenes of 96 px, 60 full-batch AdamW steps without warm-up.
 
     mmdetection's head init regresses distances of 0 × stride (RTMDet-t has no ``exp``), so every
@@ -285,12 +285,11 @@ def test_rtmdet_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Pa
 
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "rtmdet-t", "detect", images=8, size=96, batch=8, prepare=open_the_boxes, val_options={"plots": False},
-        epochs=60, nbs=8, optimizer="AdamW", lr0=0.003, warmup_iters=0, mosaic=0.0, close_mosaic=0)
-    assert metrics["mAP50"] >= 0.8
+        epochs=60, nbs=8, optimizer="AdamW", lr0=0.003, warmup_iters=0, mosaic=0.0, close_mosaic=0, seed=learning.seed)
     # RTMDet's scores are IoU-aware (soft targets): after this short run the true boxes score over 0.9
     # and a stray box of another class can reach 0.26 (seen with the class head drawn first), so the
     # drawing is checked at 0.5, not at the edge of those strays.
-    checks.assert_detector_draws_its_predictions(model, images, conf=0.5, size=96)
+    learning.expect(metrics, {"mAP50": 0.7}, checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.5, size=96)})
 
 
 def test_rtmdet_t_trains_one_epoch_on_two_spawned_cpu_ranks():

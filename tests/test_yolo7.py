@@ -18,7 +18,7 @@ import torch
 from zoo_core.building import count_parameters
 from zoo_core.engine.config import TrainConfig
 from zoo_core.plugin_manager import get_plugin_manager
-from zoo_yolo7.convert import convert_weights, key_table, to_libreyolo, to_zoo
+from zoo_yolo7.convert import convert, key_table, to_libreyolo, to_zoo
 from zoo_yolo7.loss import anchor_matching_candidates
 from zoo_yolo7.model import YOLOv7, YOLOv7Spec
 
@@ -91,9 +91,9 @@ def test_libreyolo_keys_map_exactly():
     converted = to_zoo("b", libre_state)
     assert len(converted) == len(libre_state)
     assert to_libreyolo("b", converted).keys() == libre_state.keys()
-    assert convert_weights("yolo7", "b", libre_state, "libreyolo").keys() == converted.keys()
-    assert convert_weights("yolox", "b", libre_state, "libreyolo") is None
-    assert convert_weights("yolo7", "b", converted, "zoo", "libreyolo").keys() == libre_state.keys()
+    assert convert("b", libre_state, "libreyolo").keys() == converted.keys()
+    assert get_plugin_manager().family("yolox").converter != "zoo_yolo7.convert:convert"  # yolo7's converter is yolo7's only
+    assert convert("b", converted, "zoo", "libreyolo").keys() == libre_state.keys()
 
 
 def test_upstream_layout_drops_anchor_buffers():
@@ -101,7 +101,7 @@ def test_upstream_layout_drops_anchor_buffers():
     state["model.105.anchors"] = torch.zeros(3, 3, 2)
     state["model.105.anchor_grid"] = torch.zeros(3, 1, 3, 1, 1, 2)
     assert len(to_zoo("b", state, "upstream")) == len(state) - 2
-    converted = convert_weights("yolo7", "b", state, "upstream", "zoo")
+    converted = convert("b", state, "upstream", "zoo")
     assert converted.options == {"official_graph": True} and len(converted.state_dict) == len(state) - 2
     assert "model.102.rbr_dense.0.weight" in state and "model.51.cv7.conv.weight" in state
 
@@ -134,7 +134,7 @@ def _parity(num_classes: int, height: int, width: int) -> tuple[float, float, fl
     _randomise_implicit(libre)
     libre.eval()
     zoo = _build("b", num_classes)
-    zoo.load_state_dict(convert_weights("yolo7", "b", libre.state_dict(), "libreyolo"), strict=True)
+    zoo.load_state_dict(convert("b", libre.state_dict(), "libreyolo"), strict=True)
     zoo.eval()
     images = torch.rand(2, 3, height, width)
     with torch.no_grad():
@@ -338,23 +338,22 @@ def test_the_recipe_is_the_published_one():
     assert recipe.lr_schedule(config, 500, optimizer).warmup_iterations == 1500
 
 
-def test_yolo7_tiny_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
+def test_yolo7_tiny_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path, learning):
     """YOLOv7-tiny on 4 scenes of 96 px, 200 AdamW steps of 4 images without warm-up (the recipe's
     1000-iteration minimum is switched off with ``warmup_iters=0``).
 
     Each epoch shows every scene 10 times (10 steps), so the run writes 20 checkpoints rather
-    than one per step. With 160 steps the result hung on the random draw of the class head: mAP50
-    0.66 to 1.0 over run seeds and draw orders. With 200 it is 1.0 at run seeds 0 to 3, and 0.905
-    and 0.916 when the head is drawn first (lr0 0.005 was worse than 0.004). The published BatchNorm
+    than one per step. With 160 steps the result hung on the random draw of the class head; the
+    threshold is 80 % of the worst mAP50 over seeds and thread counts of these 200 steps
+    (``benchmarks/learning_margins.py``; lr0 0.005 was worse than 0.004). The published BatchNorm
     momentum 0.03 leaves the running statistics of a run this short far behind the weights: the
     run builds the model with torch's 0.1 (build option ``bn_momentum``).
     """
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "yolo7-tiny", "detect", images=4, size=96, batch=4, repeats=10, options={"bn_momentum": 0.1},
         val_options={"plots": False}, epochs=20, nbs=4, optimizer="AdamW", lr0=0.004, warmup_iters=0, mosaic=0.0,
-        close_mosaic=0)
-    assert metrics["mAP50"] >= 0.8
-    checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=96)
+        close_mosaic=0, seed=learning.seed)
+    learning.expect(metrics, {"mAP50": 0.75}, checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.25, size=96)})
 
 
 def test_yolo7_tiny_trains_one_epoch_on_two_spawned_cpu_ranks():

@@ -202,8 +202,8 @@ def _set_batch_norm_statistics(model: torch.nn.Module, images: torch.Tensor) -> 
         hook.remove()
 
 
-def test_yolo9_t_learns_and_finds_the_rectangles_it_was_shown():
-    torch.manual_seed(0)
+def test_yolo9_t_learns_and_finds_the_rectangles_it_was_shown(learning):
+    torch.manual_seed(learning.seed)
     batch = _synthetic_batch()
     model = _build("t")
     optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.0)
@@ -214,17 +214,19 @@ def test_yolo9_t_learns_and_finds_the_rectangles_it_was_shown():
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    assert losses[-1] < 0.15 * losses[0], losses[::20]
 
     _set_batch_norm_statistics(model, batch["images"])
     model.eval()
     with torch.no_grad():
         detections = model.postprocess(model(batch["images"]), conf=0.25, iou=0.5, max_det=10)
     targets = batch["targets"]
+    best_overlaps = []  # per true rectangle: the best IoU of a box of its class
     for index, found in enumerate(detections):
         truth = targets[targets[:, 0] == index]
-        assert len(found["boxes"]) >= len(truth), f"image {index}: {found}"
         overlaps = box_iou(truth[:, 2:], found["boxes"])
         for row, label in enumerate(truth[:, 1].long()):
             same_class = found["labels"] == label
-            assert same_class.any() and overlaps[row][same_class].max() > 0.5, f"image {index}, class {label}: {found}"
+            best_overlaps.append(overlaps[row][same_class].max().item() if same_class.any() else 0.0)
+    print(f"losses every 20 steps: {losses[::20]}; found {[len(found['boxes']) for found in detections]}")
+    learning.expect({"loss_drop": losses[0] / losses[-1], "worst_overlap": min(best_overlaps)},
+                    {"loss_drop": 1 / 0.15, "worst_overlap": 0.5})

@@ -303,24 +303,22 @@ def test_the_recipe_is_yolo9s_published_one():
     assert manager.family("yolo9_e2e").sync_bn is True and manager.family("yolo9_e2e").spawn is True
 
 
-def test_yolo9_e2e_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
-    """YOLOv9-E2E-t on 4 scenes of 64 px, 160 AdamW steps at batch 4 in 16 epochs (each scene 10 times per
+def test_yolo9_e2e_t_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path, learning):
+    """YOLOv9-E2E-t on 4 scenes of 64 px, 240 AdamW steps at batch 4 in 24 epochs (each scene 10 times per
     epoch: fewer checkpoint writes) after a 3-step warm-up, scored on its one-to-one head.
 
-    mAP50 on one thread with the sampler seeds 0, 1, 2: 0.92, 0.94, 0.88. The earlier run (8 scenes
-    of 96 px, 80 steps at batch 8) scored 0.85 at seed 0 but 0.79 and 0.63 at seeds 1 and 2, and
-    0.53 at seed 0 once the optimizer ran torch's fused kernels (which round differently): a run
-    that short on the one-to-one head was luck, not margin. lr0 0.01 scores 1.0, 0.62, 0.92.
+    160 steps scored mAP50 from 0.54 to 1.0 over seeds and thread counts: a run that short on the
+    one-to-one head was luck, not margin. The threshold is 80 % of the worst score of this longer run
+    over seeds and thread counts (benchmarks/learning_margins.py (docs/performance.md has its table)).
 
     The published BatchNorm momentum 0.03 leaves the running statistics of an 80-step run far
     behind the weights: the run builds the model with torch's 0.1 (build option ``bn_momentum``).
     """
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "yolo9_e2e-t", "detect", images=4, size=64, batch=4, options={"bn_momentum": 0.1},
-        val_options={"plots": False}, epochs=16, repeats=10, nbs=4, optimizer="AdamW", lr0=0.005, warmup_iters=3, mosaic=0.0,
-        close_mosaic=0)
-    assert metrics["mAP50"] >= 0.8
-    checks.assert_detector_draws_its_predictions(model, images, conf=0.25, size=64)
+        val_options={"plots": False}, epochs=24, repeats=10, nbs=4, optimizer="AdamW", lr0=0.005, warmup_iters=3, mosaic=0.0,
+        close_mosaic=0, seed=learning.seed)
+    learning.expect(metrics, {"mAP50": 0.65}, checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.25, size=64)})
 
 
 def test_yolo9_e2e_t_trains_one_epoch_on_two_spawned_cpu_ranks():

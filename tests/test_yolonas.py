@@ -222,20 +222,19 @@ def test_the_recipe_event_switches_from_atss_to_the_task_aligned_assigner():
     assert seen == [True, True, False, False]
 
 
-def test_yolonas_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path):
-    """100 AdamW steps at batch 4 on 4 scenes of 64 px, in 10 epochs of 10 steps (each a 155 MB checkpoint), no
-    warm-up, no EMA (a 100-step run has no room for them). BatchNorm momentum 0.3 (build option; published 0.03): at 0.03 the running statistics of a
-    100-step run still carry its first batches and the eval-mode model scores mAP50 0.0 while the same
-    weights with batch statistics score 0.6; with 0.3 eval mode follows the weights.
+def test_yolonas_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: Path, learning):
+    """160 AdamW steps at batch 4 on 4 scenes of 64 px, in 16 epochs of 10 steps (each a 155 MB checkpoint), no
+    warm-up, no EMA (a run this short has no room for them). BatchNorm momentum 0.3 (build option; published
+    0.03): at 0.03 the running statistics of a short run still carry its first batches and the eval-mode
+    model scores mAP50 0.0 while the same weights with batch statistics score 0.6; with 0.3 eval mode
+    follows the weights.
 
-    mAP50 on one thread with the sampler seeds 0, 1, 2: 0.83, 0.92, 0.83. The earlier run on 8 scenes
-    scored 0.82 at seed 0 and 0.76 once the optimizer ran torch's fused kernels (which round
-    differently); lr0 0.003 scores 0.79, 0.54, 0.92, and 5 epochs of 20 steps 0.71, 0.46, 0.40."""
+    100 steps scored mAP50 from 0.58 to 0.92 over seeds; the threshold is 80 % of the worst score over
+    seeds and thread counts of this longer run (benchmarks/learning_margins.py (docs/performance.md has its table))."""
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "yolonas-s", "detect", images=4, size=64, batch=4, val_batch=8, options={"bn_momentum": 0.3},
-        epochs=10, repeats=10, optimizer="AdamW", lr0=0.002, warmup_iters=0, ema=False)
-    assert metrics["mAP50"] >= 0.8
-    checks.assert_detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)
+        epochs=16, repeats=10, optimizer="AdamW", lr0=0.002, warmup_iters=0, ema=False, seed=learning.seed)
+    learning.expect(metrics, {"mAP50": 0.55}, checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)})
 
 
 def test_yolonas_s_trains_one_epoch_on_two_spawned_cpu_ranks():

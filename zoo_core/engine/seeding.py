@@ -13,7 +13,7 @@ import random
 import numpy as np
 import torch
 
-__all__ = ["derive_seed", "seed_everything", "seed_worker", "loader_seed", "loader_generator"]
+__all__ = ["derive_seed", "seed_everything", "seed_worker", "loader_seed", "loader_generator", "class_head_seed"]
 
 
 def derive_seed(seed: int, rank: int, epoch: int) -> int:
@@ -48,3 +48,8 @@ def loader_generator(seed: int, rank: int, epoch: int) -> torch.Generator:
     generator = torch.Generator()
     generator.manual_seed(loader_seed(seed, rank, epoch))
     return generator
+
+
+def class_head_seed(seed: int) -> int:
+    """The seed of the class-dependent tensors a run draws afresh for its dataset's classes (the same on every rank)."""
+    return derive_seed(seed, 0, 0) ^ 0x4EAD
