@@ -1,16 +1,19 @@
 """The import layers of docs/architecture.md hold: no module imports from a layer above its own.
 
-The contract lives in pyproject.toml ([tool.importlinter]): cli -> facade -> engine -> tasks ->
+The contracts live in pyproject.toml ([tool.importlinter]): cli -> facade -> engine -> tasks ->
 building blocks (losses, assigners, data, nn, ops) -> foundation (plugin manager, weights,
 devices ...) -> registry -> hookspecs and errors. It also rules out import cycles between layers:
-the engine never imports the facade.
+the engine never imports the facade. A second contract keeps the plugin packages independent:
+no plugin imports another, so what two families share lives in zoo_core.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import os
+import tomllib
 
 from .conftest import REPO_ROOT
 
@@ -35,3 +38,39 @@ def test_the_engine_package_does_not_import_the_facade():
     graph = grimp.build_graph("zoo_core", exclude_type_checking_imports=True)
     chains = graph.find_shortest_chains(importer="zoo_core.engine", imported="zoo_core.facade")
     assert not chains, f"zoo_core.engine reaches zoo_core.facade through {sorted(chains)}"
+
+
+def _plugin_packages() -> list[str]:
+    return sorted(path.name for path in (REPO_ROOT / "plugins").iterdir() if (path / "__init__.py").is_file())
+
+
+def test_plugins_never_import_each_other():
+    import grimp
+
+    plugins = _plugin_packages()
+    assert len(plugins) == 24, plugins
+    # The import-linter contract that the first test runs names every plugin package, so a new one is covered too.
+    settings = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    (independence,) = [contract for contract in settings["contracts"] if contract["type"] == "independence"]
+    assert sorted(independence["modules"]) == plugins
+    assert set(plugins) <= set(settings["root_packages"])
+    graph = grimp.build_graph("zoo_core", *plugins, exclude_type_checking_imports=True)
+    chains = {
+        (importer, imported): graph.find_shortest_chain(importer=importer, imported=imported, as_packages=True)
+        for importer, imported in itertools.permutations(plugins, 2)
+    }
+    found = {pair: chain for pair, chain in chains.items() if chain}
+    assert not found, f"plugins import other plugins: {found}"
+
+
+def test_every_declared_converter_is_its_own_familys_and_resolves():
+    import pkgutil
+
+    from zoo_core.registry import load_registry
+
+    declared = {name: family for name, family in load_registry().items() if family.converter is not None}
+    assert len(declared) == 21, sorted(declared)
+    for name, family in declared.items():
+        module = family.converter.split(":")[0]
+        assert module.split(".")[0] == family.plugin, f"{name}'s converter {family.converter} is not in {family.plugin}"
+        assert callable(pkgutil.resolve_name(family.converter)), family.converter

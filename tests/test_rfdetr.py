@@ -32,8 +32,8 @@ FAMILY, SMALLEST = "rfdetr", "n"
 _one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)
 
 
-def test_rfdetr_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", steps=90, lr0=1e-3, images=2, batch=2, repeats=15,
+def test_rfdetr_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=90, lr0=1e-3, images=2, batch=2, repeats=15,
                           options={"num_queries": 10})
 
 
@@ -162,3 +162,16 @@ def test_the_position_resize_is_pytorchs_antialiased_bicubic_as_a_matrix():
         expected = F.interpolate(grid, size=(height, width), mode="bicubic", align_corners=False, antialias=True)
         got = torch.einsum("hi,bcij,wj->bchw", antialiased_bicubic_weights(24, height), grid, antialiased_bicubic_weights(24, width))
         torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-5)
+
+
+def test_a_position_resampling_matrix_first_made_while_predicting_can_train():
+    """The matrix is cached; made first under torch.inference_mode (a predict), it used to be an inference
+    tensor that a later training step's autograd refused ("Inference tensors cannot be saved for backward")."""
+    from zoo_rfdetr.backbone import antialiased_bicubic_weights
+
+    antialiased_bicubic_weights.cache_clear()
+    with torch.inference_mode():
+        weights = antialiased_bicubic_weights(24, 20)
+    values = torch.ones(24, requires_grad=True)
+    (antialiased_bicubic_weights(24, 20) @ values).sum().backward()
+    assert not weights.is_inference() and values.grad is not None

@@ -33,8 +33,9 @@ TORCHVISION_KEYS = KeyRenamer([
 ])
 
 
-def convert(state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) -> ConvertedWeights | None:
-    """The ``convert_weights`` answer of convnext: torchvision's layout, both ways (None otherwise)."""
+def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) -> ConvertedWeights | None:
+    """The registry ``converter`` of convnext: torchvision's layout, both ways (None otherwise)."""
+    del size  # one key layout serves every size
     if source == "torchvision" and target == "zoo":
         renamed = TORCHVISION_KEYS.to_zoo(state_dict)
         return ConvertedWeights({key: value.flatten() if key.endswith(".gamma") else value for key, value in renamed.items()})

@@ -37,7 +37,7 @@ OFFICIAL_KEYS = KeyRenamer([
 
 
 def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) -> ConvertedWeights | None:
-    """The ``convert_weights`` answer of convnextv2: the official (= LibreYOLO) layout, both ways."""
+    """The registry ``converter`` of convnextv2: the official (= LibreYOLO) layout, both ways."""
     official = ("libreyolo", "upstream")
     if source in official and target == "zoo":
         converted = {}

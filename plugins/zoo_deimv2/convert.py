@@ -30,8 +30,9 @@ from zoo_core.detr_vit.libreyolo_keys import (
     vit_decoder_rules,
     vit_encoder_rules,
 )
+from zoo_core.key_renaming import LayoutConverter
 
-__all__ = ["from_libreyolo", "to_libreyolo"]
+__all__ = ["convert", "from_libreyolo", "to_libreyolo"]
 
 _ROPE_BASE = 100.0
 # LibreYOLO's evaluation size, decoder strides and points per level (its SIZE_CONFIGS), for the buffers it caches.
@@ -150,3 +151,8 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
 
 def _periods(head_dim: int) -> torch.Tensor:
     return _ROPE_BASE ** (2 * torch.arange(head_dim // 4, dtype=torch.float32) / (head_dim // 2))
+
+
+# The registry ``converter``: LibreYOLO's names (the official release's too) read, LibreYOLO's written
+# (``save(format="libreyolo")``).
+convert = LayoutConverter(from_libreyolo, to_libreyolo)

@@ -8,10 +8,11 @@ and what needs code:
   ratio (``lr_gamma`` → ``lrf``), mosaic probability and total batch (``SIZES``);
 - the backbone learning-rate multiplier: the whole HGNetv2 for Atto-N, only the DINOv3/ViT-Tiny
   of the S-X adapters (their STA and fusion convs learn at the base rate);
-- the DETR training step (targets go to ``forward`` for the denoising queries);
-- the stop epoch (``close_mosaic`` epochs before the end): every augmentation but the flip stops
-  (``only_flips``); multi-scale training (``base_size_repeat``, ``MULTI_SCALE_REPEAT``) for the
-  DINOv3 sizes S-X only, as published: the HGNetv2 sizes Atto-N train at one size;
+- from the DETR line's ``DETRRecipe`` (``zoo_core.recipes.detr``): the DETR training step
+  (targets go to ``forward`` for the denoising queries), the stop epoch (``close_mosaic`` epochs
+  before the end: every augmentation but the flip stops, ``only_flips``) and multi-scale training
+  (``base_size_repeat``, ``MULTI_SCALE_REPEAT``) for the DINOv3 sizes S-X only, as published: the
+  HGNetv2 sizes Atto-N train at one size;
 - the **epoch-aware matcher switch** as a recipe event: from ``matcher_change_epoch`` on, the
   Hungarian cost becomes ``−p·IoU⁴`` (``zoo_deimv2.criterion``). The published epoch is kept
   as a fraction of the published schedule (e.g. S: 100 of 132), so a shorter run switches at the
@@ -20,15 +21,12 @@ and what needs code:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
-import torch
 from torch import nn
 
-from zoo_core.engine.multi_scale import sizes_around
-from zoo_core.engine.optim import ParameterGroup, split_parameter_groups
-from zoo_core.engine.recipe import RunInfo, TrainingRecipe, only_flips
-from zoo_core.tasks.base import AugmentSettings, unwrap_model
+from zoo_core.recipes.detr import DETRRecipe
+from zoo_core.engine.recipe import RunInfo
 
 __all__ = ["DEIMv2Recipe", "SIZES"]
 
@@ -58,10 +56,11 @@ MULTI_SCALE_REPEAT: dict[str, int | None] = {"atto": None, "femto": None, "pico"
                                              "l": 3, "x": 3}
 
 
-class DEIMv2Recipe(TrainingRecipe):
+class DEIMv2Recipe(DETRRecipe):
     """See the module docstring."""
 
     size_multiple = 32  # strides 8/16/32 (patch 16, resampled to 8 and 32)
+    multi_scale_repeat: ClassVar[Mapping[str, int | None]] = MULTI_SCALE_REPEAT
 
     @property
     def spec(self) -> dict[str, Any]:
@@ -69,25 +68,16 @@ class DEIMv2Recipe(TrainingRecipe):
 
     @property
     def config_defaults(self) -> dict[str, Any]:
+        """The registry's ``train_defaults``, then this size's ``SIZES`` values (multi-scale on where published)."""
         values = {key: value for key, value in self.spec.items() if key not in _NOT_ARGUMENTS}
         multi_scale = MULTI_SCALE_REPEAT[self.size] is not None
         return {**dict(self.declaration.train_defaults), **values, "nbs": values["batch"], "multi_scale": multi_scale}
 
-    def multi_scale_sizes(self, image_size: int) -> tuple[int, ...]:
-        """0.75× to 1.25× of ``image_size`` in steps of 32, ``image_size`` ``base_size_repeat`` times (3 for Atto-N)."""
-        return sizes_around(image_size, MULTI_SCALE_REPEAT[self.size] or 3)
-
-    def closed_augmentation(self, settings: AugmentSettings) -> AugmentSettings:
-        """The stop epoch: only the flip goes on."""
-        return only_flips(settings)
-
-    def parameter_groups(self, model: nn.Module, config) -> list[ParameterGroup]:
+    @property
+    def lr_multipliers(self) -> Mapping[str, float]:  # type: ignore[override]
+        """The size's backbone group and its multiplier: the whole HGNetv2 (Atto-N), the ViT only (S-X)."""
         prefix, multiplier = self.spec["backbone"]
-        return split_parameter_groups(model, {prefix: multiplier})
-
-    def forward_train(self, model: nn.Module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        outputs = model(batch["images"], targets=batch["targets"])
-        return unwrap_model(model).loss(outputs, batch)
+        return {prefix: multiplier}
 
     def matcher_change_epoch(self, epochs: int) -> int:
         """The epoch the IoU-ordered matching starts at in a run of ``epochs`` (the published fraction)."""

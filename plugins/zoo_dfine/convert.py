@@ -11,8 +11,9 @@ from typing import Mapping
 import torch
 
 from zoo_core.detr.libreyolo_keys import FROZEN_NORM_SIZES, distribution_detr_from_libreyolo, distribution_detr_to_libreyolo
+from zoo_core.key_renaming import LayoutConverter
 
-__all__ = ["from_libreyolo", "to_libreyolo", "FROZEN_NORM_SIZES"]
+__all__ = ["convert", "from_libreyolo", "to_libreyolo", "FROZEN_NORM_SIZES"]
 
 
 def from_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -23,3 +24,8 @@ def from_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[st
 def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """zoo's ``dfine`` state dict → LibreYOLO keys."""
     return distribution_detr_to_libreyolo(size, state_dict)
+
+
+# The registry ``converter``: LibreYOLO's names (the official release's too) read, LibreYOLO's written
+# (``save(format="libreyolo")``).
+convert = LayoutConverter(from_libreyolo, to_libreyolo)

@@ -1,4 +1,4 @@
-"""D-FINE's training recipe: ``DETRRecipe`` with D-FINE's per-size numbers.
+"""D-FINE's training recipe: ``DETRRecipe`` (``zoo_core.recipes.detr``) with D-FINE's per-size numbers.
 
 Per size, from Peterande/D-FINE ``configs/dfine/dfine_hgnetv2_{n,s,m,l,x}_coco.yml`` (the shared
 values are the registry's ``train_defaults``): base rate, backbone rate (as a multiplier),
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-from zoo_rtdetr.recipe import BACKBONE_LR, DFINE_MULTI_SCALE_REPEAT, DETRRecipe
+from zoo_core.recipes.detr import BACKBONE_LR, DFINE_MULTI_SCALE_REPEAT, DETRRecipe
 
 __all__ = ["DFINERecipe"]
 

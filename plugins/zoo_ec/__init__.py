@@ -5,27 +5,8 @@ recipe in ``recipe`` and the LibreYOLO/official key layout in ``convert``; all a
 when needed: nothing here imports torch.
 """
 
-from __future__ import annotations
-
-from typing import Any, Mapping
-
-from zoo_core.hookspecs import hookimpl
 from zoo_core.registry import declared_in_registry
 
-__all__ = ["zoo_families", "convert_weights"]
+__all__ = ["zoo_families"]
 
 zoo_families = declared_in_registry("ec")
-
-
-@hookimpl
-def convert_weights(family: str, size: str, state_dict: Mapping[str, Any], source: str, target: str) -> dict[str, Any] | None:
-    """LibreYOLO 1.6 weights (the official release's names too) → zoo keys, and zoo → LibreYOLO keys."""
-    if family != "ec":
-        return None
-    from zoo_ec import convert
-
-    if source in ("libreyolo", "upstream") and target == "zoo":
-        return convert.from_libreyolo(size, state_dict)
-    if source == "zoo" and target == "libreyolo":
-        return convert.to_libreyolo(size, state_dict)
-    return None

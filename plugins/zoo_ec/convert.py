@@ -15,8 +15,9 @@ import torch
 
 from zoo_core.detr.key_mapping import KeyRule, rename_keys
 from zoo_core.detr_vit.libreyolo_keys import VIT_DECODER_DROP, libreyolo_decoder_buffers, rope_vit_rules, vit_decoder_rules, vit_encoder_rules
+from zoo_core.key_renaming import LayoutConverter
 
-__all__ = ["from_libreyolo", "to_libreyolo"]
+__all__ = ["convert", "from_libreyolo", "to_libreyolo"]
 
 _RULES = [
     KeyRule("backbone.backbone.patch_embed.convs.{i}", "backbone.vit.patch_embed.convs.{i}", "conv_norm"),
@@ -45,3 +46,8 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
     renamed["backbone.backbone.rope_embed.periods"] = _ROPE_BASE ** (2 * torch.arange(head_dim // 4, dtype=torch.float32) / (head_dim // 2))
     renamed.update(libreyolo_decoder_buffers(640, (8, 16, 32), (3, 6, 3), 4))
     return renamed
+
+
+# The registry ``converter``: LibreYOLO's names (the official release's too) read, LibreYOLO's written
+# (``save(format="libreyolo")``).
+convert = LayoutConverter(from_libreyolo, to_libreyolo)

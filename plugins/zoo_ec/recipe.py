@@ -2,7 +2,8 @@
 
 Family-wide values (AdamW, betas 0.9/0.999, flat-cosine with a 2000-iteration warm-up, EMA 0.9999
 with a 1000-step ramp, clip 0.1, batch 32, mixup/mosaic policy) are the registry's
-``train_defaults``; this class adds the per-size values and the DETR training step:
+``train_defaults``; this class (the DETR line's ``DETRRecipe``, ``zoo_core.recipes.detr``) adds the
+per-size values and the DETR training step:
 
 - S: lr 5e-4, backbone ×0.05 (2.5e-5), weight decay 1e-4, 74 epochs, flat until 36 (the mosaic
   epoch), strong augmentation off for the last 2 (stop epoch 72), final lr ×0.5, mosaic 0.75;
@@ -17,14 +18,10 @@ At the stop epoch every augmentation but the flip stops (``only_flips``). ECDet 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar, Mapping
 
-import torch
-from torch import nn
-
-from zoo_core.engine.optim import ParameterGroup, split_parameter_groups
-from zoo_core.engine.recipe import TrainingRecipe, only_flips
-from zoo_core.tasks.base import AugmentSettings, unwrap_model
+from zoo_core.recipes.detr import BACKBONE_LR, DETRRecipe
+from zoo_core.engine.recipe import TrainingRecipe
 
 __all__ = ["ECRecipe", "SIZES"]
 
@@ -36,23 +33,14 @@ SIZES: dict[str, dict[str, Any]] = {
 }
 
 
-class ECRecipe(TrainingRecipe):
+class ECRecipe(DETRRecipe):
     """See the module docstring."""
 
     size_multiple = 32  # ECViT's stride-16 tokens resampled to stride 32
-
-    @property
-    def config_defaults(self) -> dict[str, Any]:
-        values = {key: value for key, value in SIZES[self.size].items() if key != "backbone"}
-        return {**dict(self.declaration.train_defaults), **values}
-
-    def parameter_groups(self, model: nn.Module, config) -> list[ParameterGroup]:
-        return split_parameter_groups(model, {"backbone.": SIZES[self.size]["backbone"]})
-
-    def forward_train(self, model: nn.Module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        outputs = model(batch["images"], targets=batch["targets"])
-        return unwrap_model(model).loss(outputs, batch)
-
-    def closed_augmentation(self, settings: AugmentSettings) -> AugmentSettings:
-        """The stop epoch: only the flip goes on."""
-        return only_flips(settings)
+    size_settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        size: {**{key: value for key, value in values.items() if key != "backbone"}, BACKBONE_LR: values["backbone"]}
+        for size, values in SIZES.items()
+    }
+    # ECDet's collate has no multi-scale, so it publishes no list of sizes: a run that asks for
+    # multi-scale gets the default rule, not the DETR line's 0.75-1.25x.
+    multi_scale_sizes = TrainingRecipe.multi_scale_sizes

@@ -74,7 +74,7 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
 
 
 def convert(size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> dict[str, torch.Tensor] | None:
-    """The ``convert_weights`` answer of fomo: ``libreyolo`` files to zoo and zoo to ``libreyolo``;
+    """The registry ``converter`` of fomo: ``libreyolo`` files to zoo and zoo to ``libreyolo``;
     None for other layouts (Edge Impulse publishes no PyTorch one) or keys that are not LibreYOLO's."""
     if source == "zoo" and target == "libreyolo":
         return to_libreyolo(size, state_dict)

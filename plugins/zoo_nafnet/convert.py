@@ -65,8 +65,12 @@ def layout_of(state_dict: Mapping[str, "torch.Tensor"]) -> tuple[int, tuple[int,
             tuple(decoders[level] for level in sorted(decoders)))
 
 
-def convert(state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) -> ConvertedWeights | None:
-    """The ``convert_weights`` answer of nafnet (the ``libreyolo`` and ``upstream`` layouts are one)."""
+def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) -> ConvertedWeights | None:
+    """The registry ``converter`` of nafnet (the ``libreyolo`` and ``upstream`` layouts are one).
+
+    ``size`` is not needed: the file's block layout decides the size (``ConvertedWeights.size``).
+    """
+    del size
     if source in ("libreyolo", "upstream") and target == "zoo":
         layout = _LAYOUTS.get(layout_of(state_dict))  # type: ignore[arg-type]
         return ConvertedWeights(OFFICIAL_KEYS.to_zoo(state_dict), size=layout[0] if layout else None)

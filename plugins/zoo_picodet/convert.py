@@ -4,7 +4,8 @@ LibreYOLO keeps mmdet's layer names (``backbone.blocks.3.conv_pw.conv.weight``,
 ``neck.top_down_blocks.0.main_conv.bn.weight``, ``head.gfl_cls.2.bias``); zoo names layers by role
 (``backbone.blocks.3.expand.0.weight``, ``neck.top_down.0.main.1.weight``,
 ``head.preds.2.bias``). A schema of module kinds, each listing its children as (LibreYOLO name,
-zoo name, child kind), translates a key in either direction by walking it from the root.
+zoo name, child kind), translates a key in either direction by walking it from the root
+(``zoo_core.key_renaming.KeySchema``).
 
 ``upstream``: Bo396543018/Picodet_Pytorch's mmdet checkpoints (PyTorch ports of
 PaddleDetection's legacy PicoDet), whose names differ from LibreYOLO's only in a few places
@@ -21,17 +22,17 @@ from typing import Mapping
 
 import torch
 
+from zoo_core.key_renaming import LEAF, KeySchema
+
 __all__ = ["from_libreyolo", "to_libreyolo", "from_upstream", "convert"]
 
-_LEAF, _PARAM = "leaf", "param"
 _STAGE_REPEATS = (3, 7, 3)
-_TENSOR_NAMES = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 
 # kind -> [(LibreYOLO child, zoo child, child kind)]; "each:<kind>" is an indexed list of <kind>.
-_SCHEMA: dict[str, list[tuple[str, str, str]]] = {
-    "conv": [("conv", "0", _LEAF), ("bn", "1", _LEAF)],
+_KINDS: dict[str, list[tuple[str, str | None, str]]] = {
+    "conv": [("conv", "0", LEAF), ("bn", "1", LEAF)],
     "dwsep": [("depthwise_conv", "depthwise", "conv"), ("pointwise_conv", "pointwise", "conv")],
-    "se": [("conv1", "reduce", _LEAF), ("conv2", "restore", _LEAF)],
+    "se": [("conv1", "reduce", LEAF), ("conv2", "restore", LEAF)],
     "es_block": [
         ("conv_pw", "expand", "conv"),
         ("conv_dw", "depthwise", "conv"),
@@ -75,36 +76,19 @@ _SCHEMA: dict[str, list[tuple[str, str, str]]] = {
         ("head", "head", "head"),
     ],
 }
-
-
-def _translate(rest: str, kind: str, to_zoo: bool, full_key: str) -> str:
-    if kind == _LEAF:
-        if rest not in _TENSOR_NAMES:
-            raise KeyError(f"unexpected tensor name {rest!r} in key {full_key!r}")
-        return rest
-    for libre, zoo, child in _SCHEMA[kind]:
-        source, target = (libre, zoo) if to_zoo else (zoo, libre)
-        if not rest.startswith(source + "."):
-            continue
-        tail = rest[len(source) + 1 :]
-        if child.startswith("each:"):
-            index, _, tail = tail.partition(".")
-            if not index.isdigit():
-                raise KeyError(f"expected an index after {source!r} in key {full_key!r}")
-            target, child = f"{target}.{index}", child[5:]
-        return f"{target}.{_translate(tail, child, to_zoo, full_key)}"
-    raise KeyError(f"key {full_key!r} matches no PicoDet layer ({'LibreYOLO' if to_zoo else 'zoo'} naming)")
+_SCHEMA = KeySchema(_KINDS, what="PicoDet layer")
 
 
 def from_libreyolo(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A LibreYOLO PicoDet state dict (``module.`` prefixes allowed) in zoo's keys."""
-    return {_translate(key.removeprefix("module."), "root", True, key): value for key, value in state_dict.items()}
+    # PicoDet's schema drops no tensor, so every key has a zoo name.
+    return {_SCHEMA.key_to_zoo(key.removeprefix("module."), as_written=key): value for key, value in state_dict.items()}
 
 
 def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A zoo ``picodet`` state dict in LibreYOLO 1.6.0's keys (``size`` only for the common signature)."""
     del size
-    return {_translate(key, "root", False, key): value for key, value in state_dict.items()}
+    return _SCHEMA.from_zoo(state_dict)
 
 
 def _flat_block_index() -> dict[str, int]:
@@ -140,7 +124,7 @@ def from_upstream(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Ten
 
 
 def convert(size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> dict[str, torch.Tensor] | None:
-    """The ``convert_weights`` answer of picodet: ``libreyolo`` and ``upstream`` (Bo396543018 mmdet)
+    """The registry ``converter`` of picodet: ``libreyolo`` and ``upstream`` (Bo396543018 mmdet)
     files to zoo, zoo to ``libreyolo``; None for other layouts or keys that are not that layout."""
     if source == "zoo" and target == "libreyolo":
         return to_libreyolo(size, state_dict)

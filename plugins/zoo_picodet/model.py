@@ -38,7 +38,7 @@ from torch import nn
 from zoo_core.building import BuildRequest
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.detection_head import make_anchor_points
-from zoo_core.ops.nms import dense_detections_nms
+from zoo_core.ops.dense_postprocess import DenseDetectionPostprocess, DenseNMSDefaults
 from zoo_picodet.loss import PicoDetLoss
 
 __all__ = [
@@ -63,7 +63,7 @@ NECK_KERNEL = 5
 CLASS_PRIOR = 0.01
 PIXEL_MEAN = (123.675, 116.28, 103.53)  # ImageNet's, in 0-255 units (LibreYOLO / mmdet form)
 PIXEL_STD = (58.395, 57.12, 57.375)
-PRE_NMS_TOP_K = 1000  # PaddleDetection MultiClassNMS nms_top_k
+PRE_NMS_TOP_K = 1000  # PaddleDetection MultiClassNMS nms_top_k; LibreYOLO 1.6 applies it to each level
 BN_EPS, BN_MOMENTUM = 1e-5, 0.1
 
 
@@ -320,7 +320,7 @@ def decode_picodet(outputs: Mapping[str, torch.Tensor], bins: int) -> tuple[torc
     return boxes, outputs["class_logits"].sigmoid()
 
 
-class PicoDet(nn.Module):
+class PicoDet(DenseDetectionPostprocess, nn.Module):
     """The PP-PicoDet detector, zoo's detection model contract.
 
     - ``forward(images)`` (N×3×H×W RGB in [0, 1], H and W multiples of 32; the stride-64 level
@@ -328,6 +328,9 @@ class PicoDet(nn.Module):
     - ``loss(outputs, batch)``: SimOTA + varifocal + GIoU + DFL (``loss.PicoDetLoss``).
     - ``postprocess(outputs, conf, iou, max_det)``: per-class NMS over the 1000 best candidates.
     """
+
+    # Every class above the threshold, the best 1000 (anchor, class) pairs of each level (LibreYOLO 1.6's postprocess).
+    nms_defaults = DenseNMSDefaults(iou=0.6, max_det=100, multi_label=True, per_level_candidates=PRE_NMS_TOP_K)
 
     def __init__(self, num_classes: int, spec: PicoDetSpec) -> None:
         super().__init__()
@@ -375,16 +378,9 @@ class PicoDet(nn.Module):
         terms = self.criterion(outputs, batch["targets"], int(batch["images"].shape[0]))
         return terms.total(), {"cls": terms.cls.detach(), "giou": terms.giou.detach(), "dfl": terms.dfl.detach()}
 
-    @torch.no_grad()
-    def postprocess(
-        self, outputs: Mapping[str, Any], conf: float = 0.25, iou: float = 0.6, max_det: int = 100, *, multi_label: bool = False
-    ) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64)."""
-        if "boxes" in outputs and "scores" in outputs:
-            boxes, scores = outputs["boxes"], outputs["scores"]
-        else:
-            boxes, scores = decode_picodet(outputs, self.reg_bins)
-        return dense_detections_nms(boxes, scores, conf, iou, max_det, multi_label=multi_label, max_candidates=PRE_NMS_TOP_K)
+    def decode(self, outputs: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(boxes N×A×4 xyxy in input pixels, scores N×A×C)`` from the raw head outputs (``decode_picodet``)."""
+        return decode_picodet(outputs, self.reg_bins)
 
 
 def build_picodet(request: BuildRequest) -> PicoDet:

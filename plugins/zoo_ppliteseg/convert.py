@@ -36,7 +36,7 @@ from typing import Callable, Mapping
 
 import torch
 
-__all__ = ["convert", "convert_weights", "from_libreyolo", "from_upstream", "to_libreyolo"]
+__all__ = ["convert", "from_libreyolo", "from_upstream", "to_libreyolo"]
 
 _STRIDE_OF_STAGE = {0: 2, 1: 4, 2: 8, 3: 16, 4: 32}
 _STAGE_OF_STRIDE = {stride: stage for stage, stride in _STRIDE_OF_STAGE.items()}
@@ -198,9 +198,10 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
     return _rename(state_dict, _TO_LIBRE, "zoo")
 
 
-def convert(state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> dict[str, torch.Tensor] | None:
-    """``state_dict`` from layout ``source`` to ``target`` (one of them ``"zoo"``, the other ``"libreyolo"`` or
-    ``"upstream"``, which share their names); None for any other pair (the ``convert_weights`` hook's answer)."""
+def convert(size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> dict[str, torch.Tensor] | None:
+    """The registry ``converter`` of ppliteseg: ``state_dict`` from layout ``source`` to ``target`` (one of them
+    ``"zoo"``, the other ``"libreyolo"`` or ``"upstream"``, which share their names); None for any other pair."""
+    del size  # 50 and 75 share one network and one key layout
     if target == "zoo" and source == "libreyolo":
         return from_libreyolo(state_dict)
     if target == "zoo" and source == "upstream":
@@ -209,10 +210,3 @@ def convert(state_dict: Mapping[str, torch.Tensor], source: str, target: str) ->
         return _rename(state_dict, _TO_LIBRE, "zoo")
     return None
 
-
-def convert_weights(
-    family: str, size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str = "zoo"
-) -> dict | None:
-    """The ``convert_weights`` hook body: ``convert`` for ``ppliteseg``, None for other families."""
-    del size  # 50 and 75 share one network and one key layout
-    return convert(state_dict, source, target) if family == "ppliteseg" else None

@@ -29,7 +29,6 @@ Only the builder imports this module, so the plugin's top level stays free of to
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -38,7 +37,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo_core.building import BuildRequest
-from zoo_core.errors import RegistryError
+from zoo_core.nn.build_config import config_from_request
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.fcn_head import SEGMENTATION_BN_EPS, SEGMENTATION_BN_MOMENTUM
 from zoo_core.ops.resize import resize_logits
@@ -105,34 +104,6 @@ class PPLiteSegConfig:
             raise ValueError(f"PP-LiteSeg head_dropout must be in [0, 1), got {self.head_dropout}")
         if not 0.0 <= self.ohem_min_kept_ratio <= 1.0:
             raise ValueError(f"PP-LiteSeg ohem_min_kept_ratio must be in [0, 1], got {self.ohem_min_kept_ratio}")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``values`` checked against the fields: unknown keys or wrong types raise a ValueError naming ``where``.
-
-        Sequences may be lists (YAML) or tuples; ints are accepted where floats are expected.
-        """
-        fields = {field.name: field.default for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(f"{where}: unknown PP-LiteSeg setting(s) {', '.join(unknown)}; known: {', '.join(fields)}")
-        checked: dict[str, Any] = {}
-        for key, value in values.items():
-            default = fields[key]
-            if isinstance(default, tuple):
-                item_types = (int, float) if isinstance(default[0], float) else (int,)
-                ok = isinstance(value, (list, tuple)) and all(type(item) in item_types for item in value)
-                if ok:
-                    value = tuple(float(item) for item in value) if isinstance(default[0], float) else tuple(value)
-            elif isinstance(default, float):
-                ok = type(value) in (int, float)
-                value = float(value) if ok else value
-            else:
-                ok = type(value) is type(default)
-            if not ok:
-                raise ValueError(f"{where}: PP-LiteSeg setting {key!r} must be like {default!r}, got {value!r}")
-            checked[key] = value
-        return checked
 
 
 def _conv(
@@ -341,10 +312,4 @@ def build_ppliteseg(request: BuildRequest) -> PPLiteSeg:
     Both may set any ``PPLiteSegConfig`` field; anything else raises a ValueError naming it
     (a ``RegistryError`` when the declaration is at fault).
     """
-    where = f"ppliteseg-{request.size}"
-    try:
-        declared = PPLiteSegConfig(**PPLiteSegConfig.from_mapping(request.config, f"registry config of {where}"))
-    except ValueError as error:
-        raise RegistryError(f"{error} (docs/registry.md)") from None
-    overrides = PPLiteSegConfig.from_mapping(request.options, f"build options of {where}")
-    return PPLiteSeg(request.num_classes, dataclasses.replace(declared, **overrides))
+    return PPLiteSeg(request.num_classes, config_from_request(PPLiteSegConfig, request, what="PP-LiteSeg"))

@@ -65,7 +65,10 @@ def antialiased_bicubic_weights(source: int, target: int) -> torch.Tensor:
         total = sum(taps)
         for j, tap in zip(range(first, last), taps):
             weights[i][j] = tap / total if total != 0 else 0.0
-    return torch.tensor(weights, dtype=torch.float64).float()
+    # A normal tensor even when first asked for under torch.inference_mode (a predict): the cache hands the
+    # same tensor to later training steps, and autograd refuses inference tensors.
+    with torch.inference_mode(False):
+        return torch.tensor(weights, dtype=torch.float64).float()
 
 
 class WindowedDINOv2(nn.Module):

@@ -13,8 +13,9 @@ from typing import Mapping
 import torch
 
 from zoo_core.detr.key_mapping import KeyRule, rename_keys
+from zoo_core.key_renaming import LayoutConverter
 
-__all__ = ["from_libreyolo", "to_libreyolo"]
+__all__ = ["convert", "from_libreyolo", "to_libreyolo"]
 
 _VIT = "backbone.0.encoder.encoder"
 _LAYER = f"{_VIT}.encoder.layer.{{i}}"
@@ -87,3 +88,8 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
             renamed[key.replace(".qkv.", f".{part}.")] = tensor
     renamed["_kp_active_mask"] = torch.zeros(0, 0, dtype=torch.bool)
     return renamed
+
+
+# The registry ``converter``: LibreYOLO's names (the official release's too) read, LibreYOLO's written
+# (``save(format="libreyolo")``).
+convert = LayoutConverter(from_libreyolo, to_libreyolo)

@@ -84,7 +84,7 @@ class LWDETRDecoder(nn.Module):
     ) -> None:
         super().__init__()
         self.num_classes, self.dim, self.num_queries, self.num_layers, self.groups = num_classes, dim, num_queries, num_layers, groups
-        self.token_order = False  # DETRDetector.fuse: proposals in token order in the inference form
+        self.token_order = False  # DETRDetector.fuse: ties broken towards the lower token in the inference form
         outputs = num_classes + 1
         self.query_content = nn.Embedding(num_queries * groups, dim)
         self.query_boxes = nn.Embedding(num_queries * groups, 4)
@@ -142,8 +142,11 @@ class LWDETRDecoder(nn.Module):
             projected = self.proposal_norm[g](self.proposal_linear[g](memory))
             logits = self.proposal_class_heads[g](projected)
             boxes = reparameterised_boxes(self.proposal_box_heads[g](projected), anchor_boxes)
-            if self.token_order:  # the inference form (DETRDetector.fuse): ties to the lower token, proposals in token order
-                index = torch.topk(lower_token_first(logits.max(-1).values), keep, dim=1).indices.sort(dim=1).values
+            if self.token_order:
+                # The inference form (DETRDetector.fuse): ties to the lower token, but the proposals stay in score
+                # order: each query slot pairs its learned content and box offset with the proposal in that slot,
+                # so a reordered list would change the detections, not only list them differently.
+                index = torch.topk(lower_token_first(logits.max(-1).values), keep, dim=1).indices
             else:
                 index = torch.topk(logits.max(-1).values, keep, dim=1).indices
             proposal_boxes.append(boxes.gather(1, index[..., None].expand(-1, -1, 4)))

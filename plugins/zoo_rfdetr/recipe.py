@@ -11,7 +11,8 @@ resizing, no mosaic) are the registry's ``train_defaults``. This class adds:
   = layer ``k + 1``, the final norm = 14), the decoder's transformer (layers, output norm, query
   position MLP) at ``0.7``, everything else at 1. Weight decay as published: DINOv2 biases,
   norms and embeddings none; every other parameter (the heads' biases and norms included) decays;
-- the DETR training step (targets reach ``forward``);
+- the DETR training step (targets reach ``forward``): ``zoo_core.recipes.detr.DETRStepRecipe``, not
+  the DETR line's whole ``DETRRecipe``, whose multi-scale sizes and stop epoch RF-DETR does not use;
 - multi-scale training (the registry's ``multi_scale: true``; RF-DETR's ``multi_scale`` with
   ``expanded_scales``): each batch at ``(imgsz // 32 + k) · 32`` px for k from -5 to 5, never
   below two windows of patches (64 px); RF-DETR never stops its augmentation (``close_mosaic`` 0);
@@ -23,12 +24,10 @@ from __future__ import annotations
 
 import re
 
-import torch
 from torch import nn
 
+from zoo_core.recipes.detr import DETRStepRecipe
 from zoo_core.engine.optim import ParameterGroup
-from zoo_core.engine.recipe import TrainingRecipe
-from zoo_core.tasks.base import unwrap_model
 
 __all__ = ["RFDETRRecipe", "encoder_layer_scale"]
 
@@ -50,7 +49,7 @@ def encoder_layer_scale(name: str) -> float:
     return LR_ENCODER_RATIO * LAYER_DECAY ** (top + 1 - layer) * COMPONENT_DECAY**2
 
 
-class RFDETRRecipe(TrainingRecipe):
+class RFDETRRecipe(DETRStepRecipe):
     """See the module docstring."""
 
     size_multiple = 32
@@ -77,7 +76,3 @@ class RFDETRRecipe(TrainingRecipe):
                 groups[key] = ParameterGroup(name=f"{kind}@x{scale:.6g}", kind=kind, lr_scale=scale)
             groups[key].params.append(parameter)
         return sorted(groups.values(), key=lambda group: (-group.lr_scale, group.kind))
-
-    def forward_train(self, model: nn.Module, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        outputs = model(batch["images"], targets=batch["targets"])
-        return unwrap_model(model).loss(outputs, batch)

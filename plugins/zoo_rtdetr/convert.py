@@ -16,8 +16,9 @@ import torch
 
 from zoo_core.detr.key_mapping import KeyRule, add_batch_counters, rename_keys
 from zoo_core.detr.libreyolo_keys import aifi_rules, csp_rules, delta_decoder_rules
+from zoo_core.key_renaming import LayoutConverter
 
-__all__ = ["RULES", "from_libreyolo", "to_libreyolo", "FROZEN_NORM_SIZES"]
+__all__ = ["convert", "RULES", "from_libreyolo", "to_libreyolo", "FROZEN_NORM_SIZES"]
 
 #: Sizes whose LibreYOLO backbone, when loaded from a checkpoint, uses FrozenBatchNorm2d (no counters).
 FROZEN_NORM_SIZES = frozenset({"r50", "r50m", "r101", "l", "x"})
@@ -74,3 +75,7 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
             continue
         out[key] = tensor
     return out
+
+
+# The registry ``converter``: LibreYOLO's names read, and written back (``save(format="libreyolo")``).
+convert = LayoutConverter(from_libreyolo, to_libreyolo, reads=("libreyolo",))

@@ -1,4 +1,4 @@
-"""RT-DETRv4's training recipe: DEIM's recipe without the teacher.
+"""RT-DETRv4's training recipe: DEIM's recipe (``zoo_core.recipes.detr.DEIMRecipe``) without the teacher.
 
 RT-DETRs/RT-DETRv4 ``configs/rtv4/rtv4_hgnetv2_{s,m,l,x}_coco.yml`` over ``configs/base/rtv4.yml``
 use DEIM's numbers for every size (base and backbone rates, weight decay, epochs, flat epochs,
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
-from zoo_deim.recipe import DEIM_SIZE_SETTINGS, DEIMRecipe
+from zoo_core.recipes.detr import DEIM_SIZE_SETTINGS, DEIMRecipe
 
 __all__ = ["RTDETRv4Recipe"]
 

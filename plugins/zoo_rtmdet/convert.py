@@ -132,7 +132,7 @@ def from_upstream(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.
 
 
 def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str = "zoo") -> dict | None:
-    """The ``convert_weights`` answer of rtmdet (see the module docstring); None for other layouts."""
+    """The registry ``converter`` of rtmdet (see the module docstring); None for other layouts."""
     if target == "zoo" and source == "libreyolo":
         return from_libreyolo(state_dict)
     if target == "zoo" and source == "upstream":

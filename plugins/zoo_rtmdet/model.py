@@ -38,7 +38,7 @@ from zoo_core.building import BuildRequest
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.detection_head import make_anchor_points
 from zoo_core.ops.boxes import distances_to_boxes
-from zoo_core.ops.nms import dense_detections_nms
+from zoo_core.ops.dense_postprocess import DenseDetectionPostprocess, DenseNMSDefaults
 
 from .loss import RTMDetLoss
 
@@ -386,7 +386,7 @@ class SharedConvSeparateNormHead(nn.Module):
         return outputs
 
 
-class RTMDet(nn.Module):
+class RTMDet(DenseDetectionPostprocess, nn.Module):
     """The RTMDet detector (CSPNeXt + CSPNeXt-PAFPN + shared-conv head), zoo's detection model contract.
 
     - ``forward(images)`` (N×3×H×W RGB in [0, 1], H and W multiples of 32) returns the head dict
@@ -396,6 +396,9 @@ class RTMDet(nn.Module):
     - ``postprocess(outputs, conf, iou, max_det)``: multi-label per-class NMS (mmdetection's
       ``multiclass_nms``; RTMDet's test config uses iou 0.65, score 0.001, 300 per image).
     """
+
+    # mmdetection's test_cfg: every class above the threshold, nms_pre 30000 (anchor, class) pairs per level.
+    nms_defaults = DenseNMSDefaults(iou=0.65, multi_label=True, per_level_candidates=30000)
 
     def __init__(self, num_classes: int, spec: RTMDetSpec) -> None:
         super().__init__()
@@ -427,30 +430,20 @@ class RTMDet(nn.Module):
         terms = self.criterion(outputs, batch["targets"], int(batch["images"].shape[0]))
         return terms.cls + terms.box, {"cls": terms.cls.detach(), "box": terms.box.detach()}
 
-    @torch.no_grad()
-    def postprocess(
-        self,
-        outputs: Mapping[str, Any],
-        conf: float = 0.25,
-        iou: float = 0.65,
-        max_det: int = 300,
-        *,
-        multi_label: bool = True,
-    ) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64).
+    def decode(self, outputs: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(boxes N×A×4 xyxy in input pixels, scores N×A×C)`` from the raw head outputs."""
+        return distances_to_boxes(outputs["box_distances"].float(), outputs["anchor_points"]), outputs["class_logits"].sigmoid()
+
+    def dense_candidates(self, outputs: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The decoded boxes and scores, with the scores of empty or inverted boxes zeroed before NMS.
 
         RTMDet-t/s regress distances without ``exp``, so a distance can be negative and a box
-        empty or inverted; such boxes are dropped (their scores zeroed before NMS), as LibreYOLO's
-        postprocess drops boxes of non-positive width or height.
+        empty or inverted; such boxes are dropped, as LibreYOLO's postprocess drops boxes of
+        non-positive width or height.
         """
-        if "boxes" in outputs and "scores" in outputs:
-            boxes, scores = outputs["boxes"], outputs["scores"]
-        else:
-            boxes = distances_to_boxes(outputs["box_distances"].float(), outputs["anchor_points"])
-            scores = outputs["class_logits"].sigmoid()
+        boxes, scores = super().dense_candidates(outputs)
         proper = (boxes[..., 2] > boxes[..., 0]) & (boxes[..., 3] > boxes[..., 1])
-        scores = scores * proper[..., None].to(scores.dtype)
-        return dense_detections_nms(boxes, scores, conf, iou, max_det, multi_label=multi_label)
+        return boxes, scores * proper[..., None].to(scores.dtype)
 
 
 def build_rtmdet(request: BuildRequest) -> RTMDet:

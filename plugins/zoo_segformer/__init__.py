@@ -5,21 +5,8 @@ The architecture lives in the sibling module ``model`` and the checkpoint key ma
 here imports torch.
 """
 
-from typing import Any
-
-from zoo_core.hookspecs import hookimpl
 from zoo_core.registry import declared_in_registry
 
-__all__ = ["zoo_families", "convert_weights"]
+__all__ = ["zoo_families"]
 
 zoo_families = declared_in_registry("segformer")
-
-
-@hookimpl
-def convert_weights(family: str, size: str, state_dict: Any, source: str, target: str) -> Any:
-    """SegFormer keys between zoo and LibreYOLO / the upstream release (``zoo_segformer.convert``)."""
-    if family != "segformer":
-        return None
-    from zoo_segformer.convert import convert
-
-    return convert(state_dict, source, target)

@@ -22,7 +22,7 @@ from typing import Mapping
 
 import torch
 
-__all__ = ["LAYOUTS", "convert", "convert_weights", "from_libreyolo", "from_upstream", "to_libreyolo", "to_upstream"]
+__all__ = ["LAYOUTS", "convert", "from_libreyolo", "from_upstream", "to_libreyolo", "to_upstream"]
 
 LAYOUTS: dict[str, dict[str, str]] = {
     "zoo": {
@@ -189,19 +189,13 @@ def to_upstream(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tenso
     return _from_zoo(state_dict, "upstream")
 
 
-def convert(state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> dict[str, torch.Tensor] | None:
-    """``state_dict`` from layout ``source`` to ``target`` (one of them ``"zoo"``, the other ``"libreyolo"`` or
-    ``"upstream"``); None for any other pair (the ``convert_weights`` hook's answer)."""
+def convert(size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> dict[str, torch.Tensor] | None:
+    """The registry ``converter`` of segformer: ``state_dict`` from layout ``source`` to ``target`` (one of
+    them ``"zoo"``, the other ``"libreyolo"`` or ``"upstream"``); None for any other pair."""
+    del size  # one key layout serves every size
     if target == "zoo" and source in ("libreyolo", "upstream"):
         return _to_zoo(state_dict, source)
     if source == "zoo" and target in ("libreyolo", "upstream"):
         return _from_zoo(state_dict, target)
     return None
 
-
-def convert_weights(
-    family: str, size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str = "zoo"
-) -> dict | None:
-    """The ``convert_weights`` hook body: ``convert`` for ``segformer``, None for other families."""
-    del size  # one key layout serves every size
-    return convert(state_dict, source, target) if family == "segformer" else None

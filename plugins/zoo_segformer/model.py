@@ -20,7 +20,6 @@ Only the builder imports this module, so the plugin's top level stays free of to
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -30,8 +29,8 @@ from timm.layers import DropPath
 from torch import nn
 
 from zoo_core.building import BuildRequest
-from zoo_core.errors import RegistryError
 from zoo_core.losses.segmentation import weighted_pixel_cross_entropy
+from zoo_core.nn.build_config import config_from_request
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.fcn_head import SEGMENTATION_BN_EPS, SEGMENTATION_BN_MOMENTUM
 from zoo_core.ops.resize import resize_logits
@@ -70,32 +69,6 @@ class SegformerConfig:
         for field in ("drop_path_rate", "head_dropout"):
             if not 0.0 <= getattr(self, field) < 1.0:
                 raise ValueError(f"SegFormer {field} must be in [0, 1), got {getattr(self, field)}")
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``values`` checked against the fields: unknown keys or wrong types raise a ValueError naming ``where``.
-
-        Sequences may be lists (YAML) or tuples; ints are accepted for float fields.
-        """
-        fields = {field.name: field.default for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(f"{where}: unknown SegFormer setting(s) {', '.join(unknown)}; known: {', '.join(fields)}")
-        checked: dict[str, Any] = {}
-        for key, value in values.items():
-            default = fields[key]
-            if isinstance(default, tuple):
-                ok = isinstance(value, (list, tuple)) and all(type(item) is int for item in value)
-                value = tuple(value) if ok else value
-            elif isinstance(default, float):
-                ok = type(value) in (int, float)
-                value = float(value) if ok else value
-            else:
-                ok = type(value) is type(default)
-            if not ok:
-                raise ValueError(f"{where}: SegFormer setting {key!r} must be like {default!r}, got {value!r}")
-            checked[key] = value
-        return checked
 
 
 class OverlapPatchEmbed(nn.Module):
@@ -303,10 +276,4 @@ def build_segformer(request: BuildRequest) -> Segformer:
     Both may set any ``SegformerConfig`` field; anything else raises a ValueError naming it
     (a ``RegistryError`` when the declaration is at fault).
     """
-    where = f"segformer-{request.size}"
-    try:
-        declared = SegformerConfig(**SegformerConfig.from_mapping(request.config, f"registry config of {where}"))
-    except ValueError as error:
-        raise RegistryError(f"{error} (docs/registry.md)") from None
-    overrides = SegformerConfig.from_mapping(request.options, f"build options of {where}")
-    return Segformer(request.num_classes, dataclasses.replace(declared, **overrides))
+    return Segformer(request.num_classes, config_from_request(SegformerConfig, request, what="SegFormer"))

@@ -4,21 +4,8 @@ The architecture lives in the sibling module ``model``; the foreign weight layou
 Nothing here imports torch.
 """
 
-from typing import Any
-
-from zoo_core.hookspecs import hookimpl
 from zoo_core.registry import declared_in_registry
 
-__all__ = ["zoo_families", "convert_weights"]
+__all__ = ["zoo_families"]
 
 zoo_families = declared_in_registry("unet")
-
-
-@hookimpl
-def convert_weights(family: str, size: str, state_dict: Any, source: str, target: str) -> Any:
-    """LibreYOLO's UNet keys (``zoo_unet.convert``)."""
-    if family != "unet":
-        return None
-    from zoo_unet.convert import convert
-
-    return convert(state_dict, source, target)

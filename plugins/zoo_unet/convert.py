@@ -32,8 +32,9 @@ LIBREYOLO_KEYS = KeyRenamer([
 ])
 
 
-def convert(state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) -> ConvertedWeights | None:
-    """The ``convert_weights`` answer of unet; None for layouts other than LibreYOLO's."""
+def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str) -> ConvertedWeights | None:
+    """The registry ``converter`` of unet; None for layouts other than LibreYOLO's."""
+    del size  # one key layout serves every size
     if source == "libreyolo" and target == "zoo":
         return ConvertedWeights(LIBREYOLO_KEYS.to_zoo(state_dict))
     if source == "zoo" and target == "libreyolo":

@@ -13,7 +13,6 @@ Only the builder imports this module, so the plugin's top level stays free of to
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -22,8 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from zoo_core.building import BuildRequest
-from zoo_core.errors import RegistryError
 from zoo_core.losses.segmentation import weighted_pixel_cross_entropy
+from zoo_core.nn.build_config import config_from_request
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.fcn_head import SEGMENTATION_BN_EPS, SEGMENTATION_BN_MOMENTUM, FCNHead
 from zoo_core.ops.resize import resize_logits
@@ -63,27 +62,6 @@ class UNetConfig:
             )
         if self.aux_weight < 0:
             raise ValueError(f"UNet aux_weight must be >= 0, got {self.aux_weight}")
-
-    @classmethod
-    def checked_settings(cls, values: Mapping[str, Any], where: str) -> dict[str, Any]:
-        """``values`` after checking every key is a field and every value has the field's type.
-
-        Ints are accepted for float fields; a ValueError names ``where``, the key and the fix.
-        """
-        defaults = {field.name: field.default for field in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(defaults))
-        if unknown:
-            raise ValueError(f"{where}: unknown UNet setting(s) {', '.join(unknown)}; known settings: {', '.join(defaults)}")
-        checked: dict[str, Any] = {}
-        for key, value in values.items():
-            expected = type(defaults[key])
-            if expected is float and type(value) is int:
-                value = float(value)
-            # An exact type check: bool is an int subclass, and True is no channel count.
-            if type(value) is not expected:
-                raise ValueError(f"{where}: UNet setting {key!r} must be {expected.__name__}, got {value!r}")
-            checked[key] = value
-        return checked
 
 
 def _conv_bn_relu(in_channels: int, out_channels: int, kernel_size: int) -> ConvNormAct:
@@ -232,10 +210,4 @@ def build_unet(request: BuildRequest) -> UNetSegmenter:
     Both may set any ``UNetConfig`` field; anything else raises a ValueError naming it
     (a ``RegistryError`` when the declaration is at fault).
     """
-    where = f"unet-{request.size}"
-    try:
-        declared = UNetConfig(**UNetConfig.checked_settings(request.config, f"registry config of {where}"))
-    except ValueError as error:
-        raise RegistryError(f"{error} (docs/registry.md)") from None
-    overrides = UNetConfig.checked_settings(request.options, f"build options of {where}")
-    return UNetSegmenter(request.num_classes, dataclasses.replace(declared, **overrides))
+    return UNetSegmenter(request.num_classes, config_from_request(UNetConfig, request, what="UNet"))

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Iterator, Mapping
 if TYPE_CHECKING:
     from zoo_core.building import ConvertedWeights
 
-__all__ = ["convert", "convert_weights", "to_zoo", "to_libreyolo", "key_table", "SOURCES"]
+__all__ = ["convert", "to_zoo", "to_libreyolo", "key_table", "SOURCES"]
 
 SOURCES = ("libreyolo", "upstream")
 _PREFIX = {"libreyolo": "layers", "upstream": "model"}
@@ -202,9 +202,9 @@ def to_libreyolo(size: str, state_dict: Mapping[str, object]) -> dict:
 def convert(
     size: str, state_dict: Mapping[str, object], source: str, target: str = "zoo"
 ) -> "dict | ConvertedWeights | None":
-    """``state_dict`` from layout ``source`` to ``target``: ``libreyolo``/``upstream`` -> ``zoo``, or
-    ``zoo`` -> ``libreyolo``; None for a pair this module does not handle (no export to the
-    official layout: its checkpoints are pickled model objects).
+    """The registry ``converter`` of yolo7: ``state_dict`` from layout ``source`` to ``target``:
+    ``libreyolo``/``upstream`` -> ``zoo``, or ``zoo`` -> ``libreyolo``; None for a pair this module
+    does not handle (no export to the official layout: its checkpoints are pickled model objects).
 
     Official weights were trained on the official graph, so ``upstream`` files come back as
     ``ConvertedWeights`` with the builder option ``official_graph=True`` (it matters for ``b``,
@@ -220,11 +220,3 @@ def convert(
         return to_libreyolo(size, state_dict)
     return None
 
-
-def convert_weights(
-    family: str, size: str, state_dict: Mapping[str, object], source: str, target: str = "zoo"
-) -> "dict | ConvertedWeights | None":
-    """The ``convert_weights`` hook's answer for YOLOv7 (None for another family or layout pair)."""
-    if family != "yolo7":
-        return None
-    return convert(size, state_dict, source, target)

@@ -51,7 +51,7 @@ from zoo_core.building import BuildRequest, count_parameters
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.gelan import RepConvN, fuse_for_inference
 from zoo_core.nn.norm import apply_batchnorm_momentum_option
-from zoo_core.ops.nms import dense_detections_nms
+from zoo_core.ops.dense_postprocess import DenseDetectionPostprocess, DenseNMSDefaults
 
 from .loss import LossGains, YOLOv7OTALoss, decode_yolo7_boxes
 
@@ -465,7 +465,7 @@ def make_anchor_grid(
     }
 
 
-class YOLOv7(nn.Module):
+class YOLOv7(DenseDetectionPostprocess, nn.Module):
     """The YOLOv7 detector, zoo's detection model contract.
 
     - ``forward(images)`` (N×3×H×W RGB in [0, 1], H and W multiples of 32) returns a dict:
@@ -479,6 +479,8 @@ class YOLOv7(nn.Module):
     - ``postprocess(outputs, conf, iou, max_det)``: per-class NMS.
     - ``fuse()``: the re-parameterised inference graph (same outputs).
     """
+
+    nms_defaults = DenseNMSDefaults(iou=0.65)
 
     def __init__(self, num_classes: int, spec: YOLOv7Spec) -> None:
         super().__init__()
@@ -544,23 +546,6 @@ class YOLOv7(nn.Module):
         with torch.device("meta"):
             twin = YOLOv7(self.num_classes, self.spec)
         return count_parameters(twin.fuse())
-
-    @torch.no_grad()
-    def postprocess(
-        self,
-        outputs: Mapping[str, Any],
-        conf: float = 0.25,
-        iou: float = 0.65,
-        max_det: int = 300,
-        *,
-        multi_label: bool = False,
-    ) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64)."""
-        if "boxes" in outputs and "scores" in outputs:
-            boxes, scores = outputs["boxes"], outputs["scores"]
-        else:
-            boxes, scores = self.decode(outputs)
-        return dense_detections_nms(boxes, scores, conf, iou, max_det, multi_label=multi_label)
 
     def fuse(self) -> "YOLOv7":
         """Inference form: RepConv merged, implicit layers folded into the head convs, BatchNorms folded (eval mode)."""

@@ -46,7 +46,7 @@ from zoo_core.nn.gelan import (
     fuse_for_inference,
 )
 from zoo_core.nn.norm import apply_batchnorm_momentum_option
-from zoo_core.ops.nms import dense_detections_nms
+from zoo_core.ops.dense_postprocess import DenseDetectionPostprocess, DenseNMSDefaults
 
 __all__ = [
     "GELANSpec",
@@ -102,7 +102,7 @@ class AuxiliaryTopDownBranch(nn.Module):
         return self.top_down(backbone_features)
 
 
-class YOLOv9(nn.Module):
+class YOLOv9(DenseDetectionPostprocess, nn.Module):
     """The YOLOv9 detector (GELAN + decoupled DFL head), zoo's detection model contract.
 
     - ``forward(images)`` (N×3×H×W in [0, 1], H and W multiples of 32) returns the head dict of
@@ -112,6 +112,9 @@ class YOLOv9(nn.Module):
       times the constant ``YOLO_NOMINAL_BATCH_SIZE`` (see zoo_core.losses.detection).
     - ``postprocess(outputs, conf, iou, max_det)``: per-class NMS (torchvision ``batched_nms``).
     """
+
+    # Every class above the threshold (the official val.py's and LibreYOLO 1.6's multi-label NMS), 30000 candidates at most.
+    nms_defaults = DenseNMSDefaults(iou=0.7, multi_label=True, max_candidates=30000)
 
     def __init__(
         self, num_classes: int, spec: GELANSpec, *, pgi: bool = False, loss_gains: DetectionLossGains | None = None,
@@ -183,22 +186,9 @@ class YOLOv9(nn.Module):
         items = {"box": weighted.box.detach(), "cls": weighted.cls.detach(), "dfl": weighted.dfl.detach()}
         return weighted.total() * YOLO_NOMINAL_BATCH_SIZE, items
 
-    @torch.no_grad()
-    def postprocess(
-        self,
-        outputs: Mapping[str, Any],
-        conf: float = 0.25,
-        iou: float = 0.7,
-        max_det: int = 300,
-        *,
-        multi_label: bool = False,
-    ) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64)."""
-        if "boxes" in outputs and "scores" in outputs:
-            boxes, scores = outputs["boxes"], outputs["scores"]
-        else:
-            boxes, scores = decode_dense_predictions(dict(outputs), self.reg_max)
-        return dense_detections_nms(boxes, scores, conf, iou, max_det, multi_label=multi_label)
+    def decode(self, outputs: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(boxes N×A×4 xyxy in input pixels, scores N×A×C)`` from the raw head outputs (DFL decoding)."""
+        return decode_dense_predictions(dict(outputs), self.reg_max)
 
     def drop_auxiliary_branch(self) -> "YOLOv9":
         """Remove PGI's auxiliary branch and head: what remains is the published inference model."""

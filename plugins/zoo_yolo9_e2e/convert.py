@@ -2,14 +2,15 @@
 
 LibreYOLO's ``LibreYOLO9E2E`` is its ``LibreYOLO9`` with a second pair of head towers,
 ``head.one2one_cv2.<level>`` / ``head.one2one_cv3.<level>`` (zoo: ``one_to_one_head.box_branches``
-/ ``class_branches``). Everything else is renamed by the ``yolo9`` family's rules
-(``zoo_yolo9.convert.LIBREYOLO_KEYS``), extended here by the one-to-one towers. LibreYOLO's
-legacy ``detect.`` head prefix is read as ``head.``; the DFL's fixed bin weights that some older
-files carry (``head.dfl.conv.weight``) are dropped (zoo computes the expectation with an arange).
+/ ``class_branches``). Everything else is renamed by the GELAN trunk's and DDetect head's rules
+that ``yolo9`` uses too (``zoo_core.nn.gelan_keys.GELAN_LIBREYOLO_KEYS``), extended here by the
+one-to-one towers. LibreYOLO's legacy ``detect.`` head prefix is read as ``head.``; the DFL's
+fixed bin weights that some older files carry (``head.dfl.conv.weight``) are dropped (zoo
+computes the expectation with an arange).
 
 Class towers keep the width the file has (a model fine-tuned from COCO keeps 80-wide towers):
 when it is not the width zoo builds by default, the converter passes it on as the
-``class_channels`` builder option, as ``zoo_yolo9.convert`` does; both heads must agree.
+``class_channels`` builder option, as ``yolo9``'s converter does; both heads must agree.
 """
 
 from __future__ import annotations
@@ -18,17 +19,16 @@ from typing import TYPE_CHECKING, Mapping
 
 from zoo_core.building import ConvertedWeights
 from zoo_core.key_renaming import KeyRenamer
-from zoo_yolo9.convert import LIBREYOLO_KEYS as YOLO9_LIBREYOLO_KEYS
-from zoo_yolo9.convert import class_tower_option
+from zoo_core.nn.gelan_keys import GELAN_LIBREYOLO_KEYS, class_tower_option
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["LIBREYOLO_KEYS", "from_libreyolo", "to_libreyolo", "convert"]
 
-# yolo9's rules, then the one-to-one towers (after the conv/bn leaves were renamed).
+# GELAN's rules, then the one-to-one towers (after the conv/bn leaves were renamed).
 LIBREYOLO_KEYS = KeyRenamer([
-    *YOLO9_LIBREYOLO_KEYS.pairs,
+    *GELAN_LIBREYOLO_KEYS.pairs,
     ("^head.one2one_cv2.", "^one_to_one_head.box_branches."),
     ("^head.one2one_cv3.", "^one_to_one_head.class_branches."),
 ])
@@ -64,7 +64,7 @@ def to_libreyolo(size: str, state_dict: Mapping[str, "torch.Tensor"]) -> dict[st
 
 
 def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str = "zoo") -> ConvertedWeights | dict | None:
-    """The ``convert_weights`` answer of yolo9_e2e; None for other layouts (there is no official release)."""
+    """The registry ``converter`` of yolo9_e2e; None for other layouts (there is no official release)."""
     if target == "zoo" and source == "libreyolo":
         return from_libreyolo(state_dict)
     if source == "zoo" and target == "libreyolo":

@@ -41,6 +41,7 @@ from zoo_core.nn.gelan import (
     fuse_for_inference,
 )
 from zoo_core.nn.norm import apply_batchnorm_momentum_option
+from zoo_core.ops.boxes import ImagePlacement, boxes_to_original, drop_empty_boxes
 
 __all__ = ["ONE_TO_MANY_TOP_K", "ONE_TO_ONE_TOP_K", "top_k_detections", "YOLOv9E2E", "build_yolo9_e2e"]
 
@@ -170,12 +171,15 @@ class YOLOv9E2E(nn.Module):
 
     @torch.no_grad()
     def postprocess(
-        self, outputs: Mapping[str, Any], conf: float = 0.25, iou: float = 0.7, max_det: int = 300
+        self, outputs: Mapping[str, Any], conf: float = 0.25, iou: float = 0.7, max_det: int = 300, *,
+        placements: Sequence[ImagePlacement] | None = None,
     ) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64).
+        """Detections per image: ``boxes`` (n×4 xyxy), ``scores``, ``labels`` (int64).
 
         Reads the one-to-one head's predictions (eval outputs, or the ``"one_to_one"`` entry of
         train outputs). ``iou`` is accepted for the task contract and ignored: there is no NMS.
+        The boxes are in input pixels, or with ``placements`` (one per image) mapped back to the
+        original image, clipped to it and the empty ones dropped (the reference's order).
         """
         del iou
         head_outputs = outputs.get("one_to_one", outputs)
@@ -183,7 +187,13 @@ class YOLOv9E2E(nn.Module):
             boxes, scores = head_outputs["boxes"], head_outputs["scores"]
         else:
             boxes, scores = decode_dense_predictions(dict(head_outputs), self.reg_max)
-        return top_k_detections(boxes, scores, conf, max_det)
+        detections = top_k_detections(boxes, scores, conf, max_det)
+        if placements is not None:
+            for detection, (ratio_pad, shape) in zip(detections, placements):
+                mapped = boxes_to_original(detection["boxes"], ratio_pad, shape)
+                inside = drop_empty_boxes(mapped)
+                detection.update(boxes=mapped[inside], scores=detection["scores"][inside], labels=detection["labels"][inside])
+        return detections
 
     def drop_one_to_many_head(self) -> "YOLOv9E2E":
         """Remove the one-to-many head (training only): what remains is the inference model

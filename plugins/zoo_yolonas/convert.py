@@ -4,7 +4,7 @@ LibreYOLO keeps super-gradients' module tree (``backbone.stage2.blocks.bottlenec
 branch_3x3.conv.weight``); zoo names modules by role (``backbone.stages.1.bottlenecks.0.first.
 kernel3.weight``). The mapping is a schema of module kinds: each kind lists its children as
 (LibreYOLO name, zoo name, child kind), and a key is translated by walking it from the root, so
-one table serves both directions.
+one table serves both directions (``zoo_core.key_renaming.KeySchema``).
 
 QARepVGG blocks carry a ``rbr_reparam`` conv in LibreYOLO's state dict that the unfused
 (training) graph never uses; it is dropped on the way in and rebuilt on the way out as the
@@ -19,24 +19,25 @@ from typing import Mapping
 import torch
 import torch.nn.functional as F
 
+from zoo_core.key_renaming import DROPPED, LEAF, PARAMETER, KeySchema
+
 __all__ = ["from_libreyolo", "to_libreyolo", "convert"]
 
 _BN_EPS = 1e-3  # every YOLO-NAS BatchNorm (LibreYOLO sets eps 1e-3 on all of them)
-_LEAF, _PARAM, _DROP = "leaf", "param", "drop"
 
 # kind -> [(LibreYOLO child, zoo child, child kind)]; a kind "each:<k>" is a list of <k> indexed alike.
-_SCHEMA: dict[str, list[tuple[str, str | None, str]]] = {
+_KINDS: dict[str, list[tuple[str, str | None, str]]] = {
     "rep": [
-        ("branch_3x3.conv", "kernel3", _LEAF),
-        ("branch_3x3.bn", "kernel3_norm", _LEAF),
-        ("branch_1x1", "kernel1", _LEAF),
-        ("post_bn", "post_norm", _LEAF),
-        ("rbr_reparam", None, _DROP),
+        ("branch_3x3.conv", "kernel3", LEAF),
+        ("branch_3x3.bn", "kernel3_norm", LEAF),
+        ("branch_1x1", "kernel1", LEAF),
+        ("post_bn", "post_norm", LEAF),
+        ("rbr_reparam", None, DROPPED),
     ],
-    "conv": [("conv", "0", _LEAF), ("bn", "1", _LEAF)],
-    "seqconv": [("seq.conv", "0", _LEAF), ("seq.bn", "1", _LEAF)],
-    "rep_bottleneck": [("cv1", "first", "rep"), ("cv2", "second", "rep"), ("alpha", "residual_scale", _PARAM)],
-    "conv_bottleneck": [("cv1", "first", "conv"), ("cv2", "second", "conv"), ("alpha", "residual_scale", _PARAM)],
+    "conv": [("conv", "0", LEAF), ("bn", "1", LEAF)],
+    "seqconv": [("seq.conv", "0", LEAF), ("seq.bn", "1", LEAF)],
+    "rep_bottleneck": [("cv1", "first", "rep"), ("cv2", "second", "rep"), ("alpha", "residual_scale", PARAMETER)],
+    "conv_bottleneck": [("cv1", "first", "conv"), ("cv2", "second", "conv"), ("alpha", "residual_scale", PARAMETER)],
     "rep_csp": [
         ("conv1", "project", "conv"),
         ("conv2", "bypass", "conv"),
@@ -52,7 +53,7 @@ _SCHEMA: dict[str, list[tuple[str, str | None, str]]] = {
     "spp": [("cv1", "reduce", "conv"), ("cv2", "mix", "conv")],
     "top_down": [
         ("conv", "reduce_deep", "conv"),
-        ("upsample", "upsample", _LEAF),
+        ("upsample", "upsample", LEAF),
         ("reduce_skip1", "reduce_lateral", "conv"),
         ("reduce_skip2", "reduce_finer", "conv"),
         ("downsample", "downsample_finer", "conv"),
@@ -72,43 +73,11 @@ _SCHEMA: dict[str, list[tuple[str, str | None, str]]] = {
         *((f"heads.head{n}.stem", f"head.stems.{n - 1}", "seqconv") for n in range(1, 4)),
         *((f"heads.head{n}.cls_convs.0", f"head.class_convs.{n - 1}", "seqconv") for n in range(1, 4)),
         *((f"heads.head{n}.reg_convs.0", f"head.box_convs.{n - 1}", "seqconv") for n in range(1, 4)),
-        *((f"heads.head{n}.cls_pred", f"head.class_preds.{n - 1}", _LEAF) for n in range(1, 4)),
-        *((f"heads.head{n}.reg_pred", f"head.box_preds.{n - 1}", _LEAF) for n in range(1, 4)),
+        *((f"heads.head{n}.cls_pred", f"head.class_preds.{n - 1}", LEAF) for n in range(1, 4)),
+        *((f"heads.head{n}.reg_pred", f"head.box_preds.{n - 1}", LEAF) for n in range(1, 4)),
     ],
 }
-
-_TENSOR_NAMES = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
-
-
-def _translate(rest: str, kind: str, to_zoo: bool, full_key: str) -> str | None:
-    """Translate ``rest`` (the key below a module of ``kind``); None for a dropped tensor."""
-    if kind == _LEAF:
-        if rest not in _TENSOR_NAMES:
-            raise KeyError(f"unexpected tensor name {rest!r} in key {full_key!r}")
-        return rest
-    for libre, zoo, child in _SCHEMA[kind]:
-        source, target = (libre, zoo) if to_zoo else (zoo, libre)
-        if source is None:
-            continue
-        if child == _PARAM:
-            if rest == source:
-                return target
-            continue
-        if not rest.startswith(source + "."):
-            continue
-        if child == _DROP:
-            return None
-        tail = rest[len(source) + 1 :]
-        if child.startswith("each:"):
-            index, _, tail = tail.partition(".")
-            if not index.isdigit():
-                raise KeyError(f"expected a block index after {source!r} in key {full_key!r}")
-            target, kind_below = f"{target}.{index}", child[5:]
-        else:
-            kind_below = child
-        inner = _translate(tail, kind_below, to_zoo, full_key)
-        return None if inner is None else f"{target}.{inner}"
-    raise KeyError(f"key {full_key!r} matches no YOLO-NAS module ({'LibreYOLO' if to_zoo else 'zoo'} naming)")
+_SCHEMA = KeySchema(_KINDS, what="YOLO-NAS module")
 
 
 def _strip_prefixes(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -123,12 +92,7 @@ def _strip_prefixes(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.T
 
 def from_libreyolo(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """A LibreYOLO (or super-gradients) YOLO-NAS state dict in zoo's keys (``rbr_reparam`` dropped)."""
-    converted = {}
-    for key, value in _strip_prefixes(state_dict).items():
-        new_key = _translate(key, "root", True, key)
-        if new_key is not None:
-            converted[new_key] = value
-    return converted
+    return _SCHEMA.to_zoo(_strip_prefixes(state_dict))
 
 
 def _merged_rep_kernel(state: Mapping[str, torch.Tensor], prefix: str) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,11 +118,7 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
     del size
     if any(key.endswith(".fused.weight") for key in state_dict):
         raise ValueError("this YOLO-NAS state dict is fused (model.fuse()); convert the training form instead")
-    converted = {}
-    for key, value in state_dict.items():
-        new_key = _translate(key, "root", False, key)
-        if new_key is not None:
-            converted[new_key] = value
+    converted = _SCHEMA.from_zoo(state_dict)
     rep_prefixes = [key[: -len(".branch_3x3.conv.weight")] for key in converted if key.endswith(".branch_3x3.conv.weight")]
     for prefix in rep_prefixes:
         weight, bias = _merged_rep_kernel(converted, prefix)
@@ -182,7 +142,7 @@ def _from_upstream(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Te
 
 
 def convert(size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> dict[str, torch.Tensor] | None:
-    """The ``convert_weights`` answer of yolonas; None for other layouts, or when the keys are not that layout.
+    """The registry ``converter`` of yolonas; None for other layouts, or when the keys are not that layout.
 
     - ``libreyolo`` → zoo: LibreYOLO 1.6 checkpoints (``rbr_reparam`` dropped);
     - ``upstream`` → zoo: super-gradients ``yolo_nas_{s,m,l}`` state dicts (same module names,

@@ -38,7 +38,7 @@ from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.detection_head import make_anchor_points
 from zoo_core.nn.gelan import fold_batch_norm, fuse_for_inference
 from zoo_core.nn.norm import apply_batchnorm_momentum_option
-from zoo_core.ops.nms import dense_detections_nms
+from zoo_core.ops.dense_postprocess import DenseDetectionPostprocess, DenseNMSDefaults
 from zoo_yolonas.loss import PPYOLOELoss
 
 __all__ = [
@@ -398,7 +398,7 @@ def decode_yolonas(outputs: Mapping[str, torch.Tensor], bins: int) -> tuple[torc
     return boxes, outputs["class_logits"].sigmoid()
 
 
-class YoloNas(nn.Module):
+class YoloNas(DenseDetectionPostprocess, nn.Module):
     """The YOLO-NAS detector, zoo's detection model contract.
 
     - ``forward(images)`` (N×3×H×W RGB in [0, 1], H and W multiples of 32): the head dict.
@@ -409,6 +409,8 @@ class YoloNas(nn.Module):
     - ``fuse()``: QARepVGG blocks merged and BatchNorms folded (inference form).
     - ``published_parameter_count()``: the re-parameterised count the published figures use.
     """
+
+    nms_defaults = DenseNMSDefaults(iou=0.7, max_candidates=PRE_NMS_TOP_K)
 
     def __init__(self, num_classes: int, spec: YoloNasSpec, *, use_static_assigner: bool = False) -> None:
         super().__init__()
@@ -442,16 +444,9 @@ class YoloNas(nn.Module):
         items = {"cls": terms.cls.detach(), "iou": terms.iou.detach(), "dfl": terms.dfl.detach()}
         return terms.total(), items
 
-    @torch.no_grad()
-    def postprocess(
-        self, outputs: Mapping[str, Any], conf: float = 0.25, iou: float = 0.7, max_det: int = 300, *, multi_label: bool = False
-    ) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64)."""
-        if "boxes" in outputs and "scores" in outputs:
-            boxes, scores = outputs["boxes"], outputs["scores"]
-        else:
-            boxes, scores = decode_yolonas(outputs, self.reg_bins)
-        return dense_detections_nms(boxes, scores, conf, iou, max_det, multi_label=multi_label, max_candidates=PRE_NMS_TOP_K)
+    def decode(self, outputs: Mapping[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(boxes N×A×4 xyxy in input pixels, scores N×A×C)`` from the raw head outputs (``decode_yolonas``)."""
+        return decode_yolonas(outputs, self.reg_bins)
 
     def published_parameter_count(self) -> int:
         """The count Deci publishes (12.18M / 31.92M / 42.02M at 80 classes): the re-parameterised

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Callable, Mapping
 
-__all__ = ["convert", "convert_weights", "to_zoo", "to_libreyolo", "SOURCES"]
+__all__ = ["convert", "to_zoo", "to_libreyolo", "SOURCES"]
 
 SOURCES = ("libreyolo", "upstream")
 
@@ -129,19 +129,11 @@ def to_libreyolo(size: str, state_dict: Mapping[str, object]) -> dict:
 
 
 def convert(size: str, state_dict: Mapping[str, object], source: str, target: str = "zoo") -> dict | None:
-    """``state_dict`` from layout ``source`` to ``target``: ``libreyolo``/``upstream`` -> ``zoo``, or
-    ``zoo`` -> ``libreyolo``/``upstream`` (the same keys); None for a pair this module does not handle."""
+    """The registry ``converter`` of yolox: ``state_dict`` from layout ``source`` to ``target``: ``libreyolo``/
+    ``upstream`` -> ``zoo``, or ``zoo`` -> ``libreyolo``/``upstream`` (the same keys); None for another pair."""
     if source in SOURCES and target == "zoo":
         return to_zoo(state_dict)
     if source == "zoo" and target in SOURCES:
         return to_libreyolo(size, state_dict)
     return None
 
-
-def convert_weights(
-    family: str, size: str, state_dict: Mapping[str, object], source: str, target: str = "zoo"
-) -> dict | None:
-    """The ``convert_weights`` hook's answer for YOLOX (None for another family or layout pair)."""
-    if family != "yolox":
-        return None
-    return convert(size, state_dict, source, target)

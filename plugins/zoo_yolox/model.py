@@ -37,7 +37,7 @@ from torch import nn
 from zoo_core.building import BuildRequest
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.norm import apply_batchnorm_momentum_option
-from zoo_core.ops.nms import dense_detections_nms
+from zoo_core.ops.dense_postprocess import DenseDetectionPostprocess, DenseNMSDefaults
 
 from .loss import YOLOXLoss, decode_yolox_boxes
 
@@ -322,7 +322,7 @@ class YOLOXHead(nn.Module):
         }
 
 
-class YOLOX(nn.Module):
+class YOLOX(DenseDetectionPostprocess, nn.Module):
     """The YOLOX detector, zoo's detection model contract.
 
     - ``forward(images)`` (N×3×H×W RGB in [0, 1], H and W multiples of 32) returns a dict:
@@ -335,6 +335,8 @@ class YOLOX(nn.Module):
       epochs of the published recipe), all divided by the number of positives of the batch.
     - ``postprocess(outputs, conf, iou, max_det)``: per-class NMS of each anchor's best class.
     """
+
+    nms_defaults = DenseNMSDefaults(iou=0.65)
 
     def __init__(self, num_classes: int, spec: YOLOXSpec) -> None:
         super().__init__()
@@ -385,23 +387,6 @@ class YOLOX(nn.Module):
     def loss(self, outputs: Mapping[str, Any], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(loss, items)`` for a detection batch (``images``, ``targets`` M×6 in input pixels)."""
         return self.criterion(outputs, batch["targets"], int(batch["images"].shape[0]))
-
-    @torch.no_grad()
-    def postprocess(
-        self,
-        outputs: Mapping[str, Any],
-        conf: float = 0.25,
-        iou: float = 0.65,
-        max_det: int = 300,
-        *,
-        multi_label: bool = False,
-    ) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64)."""
-        if "boxes" in outputs and "scores" in outputs:
-            boxes, scores = outputs["boxes"], outputs["scores"]
-        else:
-            boxes, scores = self.decode(outputs)
-        return dense_detections_nms(boxes, scores, conf, iou, max_det, multi_label=multi_label)
 
 
 def build_yolox(request: BuildRequest) -> YOLOX:

@@ -34,8 +34,9 @@ core import them; changes are additive):
 
 A family assembles a ``DETRDetector`` from these (see ``plugins/zoo_rtdetr`` and
 ``zoo_core.detr.distribution_detr`` for the D-FINE-style families); its training recipe derives
-from ``zoo_rtdetr.recipe.DETRRecipe`` (the targets reach ``forward``; the backbone's learning-rate
-multiplier and the per-size published numbers). Nothing here imports timm or scipy until the
-module that needs it is imported, and nothing here imports the engine (``zoo_core.detr`` sits
-between the tasks and the building blocks in the import layers).
+from ``zoo_core.recipes.detr.DETRRecipe`` (the targets reach ``forward``; the backbone's
+learning-rate multiplier and the per-size published numbers), which sits above the engine.
+Nothing here imports timm or scipy until the module that needs it is imported, and nothing here
+imports the engine (``zoo_core.detr`` sits between the tasks and the building blocks in the
+import layers).
 """
