@@ -5,8 +5,16 @@ zoo loads it and must reproduce LibreYOLO's eval outputs; zoo writes a LibreYOLO
 LibreYOLO loads with zoo's outputs (tests/oracle_cases.py says what is compared per family).
 The suite does this for the smallest size of each family (tests/test_libreyolo_oracle.py).
 
+With ``--predictions``: the whole ``predict()`` pipeline instead of the network alone
+(tests/prediction_oracle.py): LibreYOLO's perturbed checkpoint, two photo-like PNGs, LibreYOLO's and zoo's
+``predict`` with the same arguments, and per size the task's figure (matched share of LibreYOLO's top-30
+boxes or points, share of equal mask pixels, top-5 equal, restored levels within 1), the worst score /
+probability / level difference and whether it passes (tests/test_libreyolo_predictions.py: smallest sizes).
+
     python benchmarks/libreyolo_oracle.py                 # every family, every size
     python benchmarks/libreyolo_oracle.py yolo9 nafnet    # some families
+    python benchmarks/libreyolo_oracle.py --predictions [families...]
+    python benchmarks/libreyolo_oracle.py --predictions -v yolo9    # and every image's figures
 
 Large sizes need memory (convnextv2-h: about 8 GB) and minutes on a CPU.
 """
@@ -24,6 +32,46 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.oracle_
 
 from tests.oracle_cases import TOLERANCE, compare_on_random_weights, libreyolo_has_size  # noqa: E402
 from zoo_core.registry import load_registry  # noqa: E402
+
+
+def predictions(families: list[str], verbose: bool = False) -> int:
+    """``compare_predictions`` for every size of ``families`` (default: all): one row per size."""
+    from tests.prediction_oracle import compare_predictions
+
+    registry = load_registry()
+    chosen = families or list(registry)
+    print(f"{'family':15s} {'size':7s} {'task':9s} {'figure':>26s} {'worst diff':>10s} {'passes':>6s} {'s':>6s}")
+    failures = 0
+    for family in chosen:
+        for size in registry[family].sizes:
+            if not libreyolo_has_size(family, size):
+                print(f"{family:15s} {size:7s} {registry[family].task:9s} LibreYOLO 1.6 has no such size: nothing to compare", flush=True)
+                continue
+            started = time.perf_counter()
+            with tempfile.TemporaryDirectory() as directory:
+                try:
+                    row = compare_predictions(family, size, Path(directory))
+                except Exception as error:  # a size that cannot be compared is a row, not the end of the table
+                    failures += 1
+                    print(f"{family:15s} {size:7s} {registry[family].task:9s} ERROR {type(error).__name__}: "
+                          f"{str(error).splitlines()[0][:160] if str(error) else ''}", flush=True)
+                    continue
+            failures += not row.passes
+            if row.task in ("detect", "points"):
+                counted = sum(image.considered for image in row.images)
+                figure = f"{sum(image.matched for image in row.images)}/{counted} matched {row.fraction:6.1%}"
+            elif row.task == "classify":
+                figure = f"top-5 {'equal' if row.same_top5 else 'DIFFERENT'}"
+            elif row.task == "semantic":
+                figure = f"pixels equal {row.fraction:8.4%}"
+            else:
+                figure = f"levels within 1 {min(image.fraction for image in row.images):7.3%}"
+            print(f"{family:15s} {size:7s} {row.task:9s} {figure:>26s} {row.worst:10.3g} {'yes' if row.passes else 'NO':>6s} "
+                  f"{time.perf_counter() - started:6.1f}", flush=True)
+            if verbose or not row.passes:
+                print("\n".join("    " + line for line in row.describe().splitlines()[1:]), flush=True)
+    print("every size predicts as LibreYOLO" if not failures else f"{failures} size(s) predict differently from LibreYOLO")
+    return 1 if failures else 0
 
 
 def main(families: list[str]) -> int:
@@ -51,4 +99,8 @@ def main(families: list[str]) -> int:
 
 if __name__ == "__main__":
     torch.set_num_threads(2)
-    sys.exit(main(sys.argv[1:]))
+    arguments = sys.argv[1:]
+    if "--predictions" in arguments:
+        verbose = "-v" in arguments
+        sys.exit(predictions([name for name in arguments if name not in ("--predictions", "-v")], verbose))
+    sys.exit(main(arguments))

@@ -170,7 +170,8 @@ class GridDetector(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.body(images)
 
-    def postprocess(self, outputs: torch.Tensor, conf: float, iou: float, max_det: int) -> list[dict[str, torch.Tensor]]:
+    def postprocess(self, outputs: torch.Tensor, conf: float, iou: float, max_det: int,
+                    placements: Any = None) -> list[dict[str, torch.Tensor]]:
         batch, _, rows, columns = outputs.shape
         ys, xs = torch.meshgrid(torch.arange(rows), torch.arange(columns), indexing="ij")
         centres = torch.stack([xs, ys], dim=-1).reshape(-1, 2).float().add(0.5).mul(self.stride)
@@ -184,7 +185,7 @@ class GridDetector(nn.Module):
             boxes, scores, labels = boxes[keep], scores[keep], labels[keep]
             kept = batched_nms(boxes, scores, labels, iou)[:max_det]
             results.append({"boxes": boxes[kept], "scores": scores[kept], "labels": labels[kept]})
-        return results
+        return in_original_pixels(results, placements)
 
 
 def image_key(image: torch.Tensor) -> int:
@@ -208,22 +209,32 @@ class LookupDetector(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return images
 
-    def postprocess(self, outputs: torch.Tensor, conf: float, iou: float, max_det: int) -> list[dict[str, torch.Tensor]]:
+    def postprocess(self, outputs: torch.Tensor, conf: float, iou: float, max_det: int,
+                    placements: Any = None) -> list[dict[str, torch.Tensor]]:
         empty = {"boxes": torch.zeros(0, 4), "scores": torch.zeros(0), "labels": torch.zeros(0, dtype=torch.long)}
         results = []
         for image in outputs:
             found = self.table.get(image_key(image), empty)
             keep = found["scores"] > conf
             results.append({name: value[keep][:max_det] for name, value in found.items()})
-        return results
+        return in_original_pixels(results, placements)
+
+
+def in_original_pixels(detections: list[dict[str, torch.Tensor]], placements: Any) -> list[dict[str, torch.Tensor]]:
+    """A double's detections with their boxes mapped back to the original images (``placements``), clipped."""
+    from zoo_core.ops.boxes import boxes_to_original
+
+    if placements is None:
+        return detections
+    return [{**found, "boxes": boxes_to_original(found["boxes"], ratio_pad, shape)} for found, (ratio_pad, shape) in zip(detections, placements)]
 
 
 def fake_libre(model: nn.Module, task: str, names: Mapping[int, str], input_size: int) -> Any:
     """An object with the facade attributes the runner reads (model, task, names, num_classes, input_size,
-    inference_model)."""
+    input_pipeline: None, the task's default; inference_model)."""
     return SimpleNamespace(
         model=model, task=task, names=dict(names), num_classes=len(names), input_size=input_size, family="test", size="t", name=f"test-{task}",
-        inference_model=lambda device: model.to(device).eval(),
+        input_pipeline=None, inference_model=lambda device: model.to(device).eval(),
     )
 
 

@@ -15,7 +15,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Subset
 
 from zoo_core.cli import build_parser
-from zoo_core.data.augment import letterbox, map_to_original
+from zoo_core.data.input_pipeline import fit_to_input, logits_to_original
 from zoo_core.data.sampling import InferenceShardSampler
 from zoo_core.engine.config import TrainConfig
 from zoo_core.errors import RegistryError, TrainConfigError
@@ -23,7 +23,7 @@ from zoo_core.facade import LibreYOLO
 from zoo_core.registry import image_size_hw, normalise_image_size, validate_declaration
 from zoo_core.tasks import get_task
 from zoo_core.tasks.runner import check_image_size, predict
-from zoo_core.tasks.semantic import letterbox_to
+from zoo_core.tasks.semantic import SemanticTask
 from zoo_core.weights import ModelMeta, read_weights, save_safetensors
 
 from .doubles import fake_libre
@@ -101,20 +101,15 @@ def test_metadata_keeps_a_rectangle_through_safetensors_and_checkpoints(tmp_path
 
 
 # ------------------------------------------------------------------------------ the data pipeline
-def test_letterbox_to_a_square_is_letterbox_and_to_a_rectangle_fits_and_maps_back():
+def test_a_letterbox_to_a_rectangle_fits_and_maps_back():
     torch.manual_seed(0)
-    for height, width in ((32, 48), (100, 37), (64, 64)):
-        image = torch.randint(0, 256, (3, height, width), dtype=torch.uint8)
-        mask = torch.randint(0, 3, (height, width), dtype=torch.uint8)
-        square, _, square_mask, square_pad = letterbox(image, 64, mask=mask, mask_fill=255)
-        ours, our_mask, our_pad = letterbox_to(image, 64, mask=mask, mask_fill=255)
-        assert torch.equal(square, ours) and torch.equal(square_mask, our_mask) and square_pad == our_pad
+    centred = SemanticTask.default_input_pipeline.merged({"placement": "centre"})
     image = torch.randint(0, 256, (3, 50, 50), dtype=torch.uint8)
     mask = torch.zeros(50, 50, dtype=torch.uint8)
-    boxed, boxed_mask, ratio_pad = letterbox_to(image, (64, 128), mask=mask, mask_fill=255)
+    boxed, boxed_mask, ratio_pad = fit_to_input(image, (64, 128), centred, mask=mask, mask_fill=255)
     assert boxed.shape == (3, 64, 128) and ratio_pad == ((64 / 50, 64 / 50), (32.0, 0.0))
     assert (boxed_mask[:, :32] == 255).all() and (boxed_mask[:, 96:] == 255).all() and (boxed_mask[:, 32:96] == 0).all()
-    restored = map_to_original(boxed.float(), ratio_pad, (50, 50))
+    restored = logits_to_original(boxed.float(), ratio_pad, (50, 50), centred)
     assert restored.shape == (3, 50, 50)
 
 
@@ -123,7 +118,7 @@ def test_the_semantic_dataset_and_example_batch_have_the_rectangle():
     spec = task.prepare(DATA)
     sample = task.dataset(spec, "train", (64, 96), None)[0]
     assert sample["image"].shape == (3, 64, 96) and sample["mask"].shape == (64, 96)
-    assert (sample["mask"][:, :16] == 255).all()  # 64x64 scenes centred in 64x96: 16 ignored columns each side
+    assert (sample["mask"][:, 64:] == 255).all()  # 64x64 scenes at the top left of 64x96: 32 ignored columns
     batch = task.example_batch(2, (32, 64), 3)
     assert batch["images"].shape == (2, 3, 32, 64) and batch["masks"].shape == (2, 32, 64)
 

@@ -14,7 +14,8 @@ import torch
 import yaml
 from PIL import Image
 
-from zoo_core.data.augment import boxes_to_original, keep_visible_boxes, letterbox
+from zoo_core.data.augment import keep_visible_boxes
+from zoo_core.data.input_pipeline import boxes_to_input, boxes_to_original, fit_to_input
 from zoo_core.data.errors import DatasetError, DatasetWarning
 from zoo_core.tasks import get_task
 from zoo_core.tasks.base import AugmentSettings, ModelContractError
@@ -79,11 +80,12 @@ def test_yaml_with_image_folders_gives_letterboxed_boxes_in_input_pixels(simple_
     spec = task.prepare(simple_yaml)
     assert spec.names == {0: "red", 1: "green", 2: "blue"}
     dataset = task.dataset(spec, "val", 64, None)
-    sample = dataset[0]  # c.png: 100×50 -> gain 0.64, padded top by (64 - 32) / 2 = 16
+    sample = dataset[0]  # c.png: 100×50 -> gain 0.64, at the top left (the task's default letterbox), 32 rows padded below
     assert sample["image"].shape == (3, 64, 64) and sample["image"].dtype == torch.uint8
     assert sample["orig_shape"] == (50, 100)
-    assert sample["ratio_pad"] == ((0.64, 0.64), (0.0, 16.0))
-    assert torch.allclose(sample["boxes"], torch.tensor([[20 * 0.64, 10 * 0.64 + 16, 60 * 0.64, 40 * 0.64 + 16]]), atol=1e-3)
+    assert sample["ratio_pad"] == ((0.64, 0.64), (0.0, 0.0))
+    assert torch.allclose(sample["boxes"], torch.tensor([[20 * 0.64, 10 * 0.64, 60 * 0.64, 40 * 0.64]]), atol=1e-3)
+    assert (sample["image"][:, 32:] == 114).all()
     assert sample["classes"].tolist() == [1]
 
 
@@ -364,13 +366,11 @@ def test_validation_is_deterministic_letterbox_only(simple_yaml: Path):
     assert torch.equal(first["image"], second["image"]) and torch.equal(first["boxes"], second["boxes"])
 
 
-def test_letterbox_round_trip_maps_boxes_back_to_the_original_image():
+def test_the_default_letterbox_round_trip_maps_boxes_back_to_the_original_image():
     image = torch.zeros(3, 50, 120, dtype=torch.uint8)
-    from zoo_core.data.augment import make_boxes
-
     original = torch.tensor([[10.0, 5.0, 100.0, 45.0]])
-    _, boxes, _, ratio_pad = letterbox(image, 96, boxes=make_boxes(original, (50, 120)))
-    assert torch.allclose(boxes_to_original(boxes.as_subclass(torch.Tensor), ratio_pad, (50, 120)), original, atol=1e-4)
+    _, _, ratio_pad = fit_to_input(image, 96, DetectTask.default_input_pipeline)
+    assert torch.allclose(boxes_to_original(boxes_to_input(original, ratio_pad), ratio_pad, (50, 120)), original, atol=1e-4)
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -466,8 +466,8 @@ def test_predict_maps_boxes_to_the_original_image_and_saves_drawings(tmp_path: P
     image = np.full((60, 100, 3), 90, dtype=np.uint8)
     image[10:40, 20:50] = COLOURS[0]
     tensor = torch.from_numpy(image).permute(2, 0, 1).contiguous()
-    letterboxed, _, _, ((ratio_x, ratio_y), (pad_left, pad_top)) = letterbox(tensor, 64)
-    assert (ratio_x, ratio_y, pad_left, pad_top) == (0.64, 38 / 60, 0.0, 13.0)  # 100×60 -> 64×38, 13 rows above
+    letterboxed, _, ((ratio_x, ratio_y), (pad_left, pad_top)) = fit_to_input(tensor, 64, DetectTask.default_input_pipeline)
+    assert (ratio_x, ratio_y, pad_left, pad_top) == (0.64, 0.64, 0.0, 0.0)  # 100×60 -> 64×38 at the top left
     box_in_input = torch.tensor([[20.0 * ratio_x, 10.0 * ratio_y + pad_top, 50.0 * ratio_x, 40.0 * ratio_y + pad_top]])
     model = LookupDetector({image_key(letterboxed.float() / 255): {"boxes": box_in_input, "scores": torch.tensor([0.9]), "labels": torch.tensor([0])}})
     libre = fake_libre(model, "detect", dict(enumerate(NAMES)), 64)

@@ -19,10 +19,11 @@ from PIL import Image
 from torch import nn
 from torch.utils.data import DataLoader, Subset
 
-from zoo_core.data.augment import letterbox
+from zoo_core.data.input_pipeline import fit_to_input
+from zoo_core.registry import InputPipeline
 from zoo_core.data.sampling import InferenceShardSampler
-from zoo_core.registry import TASKS
-from zoo_core.tasks import TASK_CLASSES, get_task
+from zoo_core.registry import builtin_tasks
+from zoo_core.tasks import get_task
 from zoo_core.tasks.base import ModelContractError
 from zoo_core.tasks.points import CentroidCounts, PointsTask, centroid_counts, match_centroids, points_to_original
 from zoo_core.tasks.predictions import PointsResult
@@ -79,14 +80,14 @@ def test_empty_images_and_counts_summed_over_images():
 
 def test_points_map_back_through_the_letterbox():
     image = torch.zeros(3, 60, 120, dtype=torch.uint8)
-    _, _, _, ratio_pad = letterbox(image, 64)  # 120×60 -> 64×32, padded 16 rows at the top
+    _, _, ratio_pad = fit_to_input(image, 64, InputPipeline(resize="letterbox", placement="centre"))  # 16 rows above
     mapped = points_to_original(torch.tensor([[32.0, 32.0], [0.0, 0.0]]), ratio_pad, (60, 120))
     assert torch.allclose(mapped, torch.tensor([[60.0, 30.0], [0.0, 0.0]]), atol=1e-4)
 
 
 # --------------------------------------------------------------------------- the task
 def test_points_is_a_task_of_the_registry_the_cli_and_get_task():
-    assert "points" in TASKS and "points" in TASK_CLASSES
+    assert builtin_tasks()["points"].implementation == "zoo_core.tasks.points:PointsTask"
     task = get_task("points")
     assert isinstance(task, PointsTask) and task.fitness_metric == "f1" and task.name == "points"
     spec = task.prepare(DATA)  # detection data, unchanged
@@ -184,16 +185,17 @@ def test_the_runner_validates_and_predicts_points_in_original_pixels(tmp_path: P
     spec = task.prepare(DATA)
     image = torch.zeros(3, 60, 120, dtype=torch.uint8)
     image[:, 20:40, 50:70] = 200
-    letterboxed, _, _, _ = letterbox(image, 64)
+    letterboxed, _, _ = fit_to_input(image, 64, PointsTask.default_input_pipeline)
     table = {image_key(letterboxed.float().div(255)): {
         "points": torch.tensor([[32.0, 32.0], [5.0, 5.0]]), "scores": torch.tensor([0.9, 0.3]), "labels": torch.tensor([1, 0])}}
     libre = fake_libre(LookupPointer(table), "points", spec.names, 64)
     (result,) = predict(libre, image.permute(1, 2, 0).numpy(), conf=0.5, save=True, project=tmp_path)
     assert isinstance(result, PointsResult) and result.task == "points"
-    assert torch.allclose(result.points, torch.tensor([[60.0, 30.0]]), atol=1e-4) and result.labels.tolist() == [1]
+    # 120×60 -> 64×32 at the top left: input (32, 32) is original (60, 60)
+    assert torch.allclose(result.points, torch.tensor([[60.0, 60.0]]), atol=1e-4) and result.labels.tolist() == [1]
     assert result.summary().endswith("1 square") and result.to_dict()["classes"] == ["square"]
     drawn = result.plot()
     assert drawn.shape == (60, 120, 3) and (drawn != image.permute(1, 2, 0).numpy()).any()
     assert Image.open(result.save_path).size == (120, 60)
-    metrics = validate(libre, DATA, batch=4, imgsz=64, device="cpu", workers=0)
+    metrics = validate(libre, DATA, batch=4, imgsz=64, device="cpu", workers=0).metrics
     assert set(metrics) == {"precision", "recall", "f1"} and metrics["f1"] == 0.0  # the lookup knows none of the scenes

@@ -53,11 +53,11 @@ def test_both_spellings_find_the_masks_and_letterbox_pads_with_ignore(tmp_path: 
     task = SemanticTask()
     spec = task.prepare(make_dataset(tmp_path / "d", mapping_form))
     assert spec.names == {0: "background", 1: "square", 2: "disc"} and spec.extra["ignore_index"] == 255
-    sample = task.dataset(spec, "val", 64, None)[0]  # 64×32 -> 64×32, 16 padded rows above and below
+    sample = task.dataset(spec, "val", 64, None)[0]  # 64×32 -> 64×32 at the top left, 32 padded rows below
     mask = sample["mask"]
     assert mask.shape == (64, 64)
-    assert (mask[:16] == 255).all() and (mask[48:] == 255).all()
-    assert (mask[16 + 8 : 16 + 24, 16:40] == 1).all() and int((mask == 1).sum()) == 16 * 24
+    assert (mask[32:] == 255).all() and (mask[:32] != 255).all()
+    assert (mask[8:24, 16:40] == 1).all() and int((mask == 1).sum()) == 16 * 24
     batch = task.preprocess(task.collate([sample]), torch.device("cpu"))
     assert batch["masks"].dtype == torch.long and batch["ignore_index"] == 255
     assert batch["images"].dtype == torch.float32 and batch["images"].min() < 0  # ImageNet-normalised
@@ -160,5 +160,5 @@ def test_default_loss_ignores_padding_and_predict_returns_masks_at_original_size
     assert result.save_path == Path("runs/semantic/predict/image0.png") and result.save_path.is_file()
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        metrics = validate(libre, data=tmp_path / "d" / "seg.yaml", batch=2, imgsz=64, device="cpu", workers=0)
+        metrics = validate(libre, data=tmp_path / "d" / "seg.yaml", batch=2, imgsz=64, device="cpu", workers=0).metrics
     assert set(metrics) == {"mIoU", "pixel_acc"} and 0 <= metrics["mIoU"] <= 1

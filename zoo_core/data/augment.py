@@ -8,9 +8,9 @@ moves pixels, boxes and masks together. Images stay uint8 ``3×H×W``.
 Randomness comes only from Python's ``random`` and torch's global RNG (the v2 transforms), which
 the engine seeds per rank and per epoch (E10, docs/architecture.md).
 
-Letterbox information is ``((ratio_x, ratio_y), (pad_left, pad_top))``: a pixel ``x`` of the
-original image lands at ``x * ratio_x + pad_left`` in the network input (the Ultralytics
-``ratio_pad`` convention).
+How an image is fitted to the network's input before augmentation (the family's letterbox or
+stretch) is ``zoo_core/data/input_pipeline.py``; a mosaic scales its pieces by their longer side
+(``resize_long_side``).
 """
 
 from __future__ import annotations
@@ -31,12 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PAD_VALUE",
-    "RatioPad",
     "make_boxes",
     "resize_long_side",
-    "letterbox",
-    "boxes_to_original",
-    "map_to_original",
     "mosaic4",
     "RandomWarp",
     "RandomHSV",
@@ -52,7 +48,6 @@ __all__ = [
 cv2.setNumThreads(0)
 
 PAD_VALUE = 114  # the grey Ultralytics pads letterboxes and mosaics with
-RatioPad = tuple[tuple[float, float], tuple[float, float]]
 
 
 def make_boxes(boxes: torch.Tensor | Sequence[Sequence[float]], canvas_size: tuple[int, int]) -> tv_tensors.BoundingBoxes:
@@ -80,49 +75,6 @@ def resize_long_side(
     if mask is not None:
         mask = F.resize(tv_tensors.Mask(mask), [new_height, new_width]).as_subclass(torch.Tensor)
     return image, boxes, mask, ratios
-
-
-def letterbox(
-    image: torch.Tensor,
-    size: int,
-    boxes: tv_tensors.BoundingBoxes | None = None,
-    mask: torch.Tensor | None = None,
-    mask_fill: int = 255,
-) -> tuple[torch.Tensor, tv_tensors.BoundingBoxes | None, torch.Tensor | None, RatioPad]:
-    """Resize the longer side to ``size`` and pad to ``size×size`` (centred, grey; masks with ``mask_fill``)."""
-    image, boxes, mask, ratios = resize_long_side(image, size, boxes, mask)
-    height, width = image.shape[-2:]
-    pad_left, pad_top = (size - width) // 2, (size - height) // 2
-    padding = [pad_left, pad_top, size - width - pad_left, size - height - pad_top]
-    if any(padding):
-        image = F.pad(image, padding, fill=PAD_VALUE)
-        if boxes is not None:
-            boxes = F.pad(boxes, padding)
-        if mask is not None:
-            mask = F.pad(tv_tensors.Mask(mask), padding, fill=mask_fill).as_subclass(torch.Tensor)
-    return image, boxes, mask, (ratios, (float(pad_left), float(pad_top)))
-
-
-def boxes_to_original(boxes: torch.Tensor, ratio_pad: RatioPad, original_shape: tuple[int, int]) -> torch.Tensor:
-    """Map xyxy boxes from letterboxed input pixels back to the original image, clipped to it."""
-    (ratio_x, ratio_y), (pad_left, pad_top) = ratio_pad
-    height, width = original_shape
-    mapped = boxes.clone().float()
-    mapped[:, [0, 2]] = ((mapped[:, [0, 2]] - pad_left) / ratio_x).clamp(0, width)
-    mapped[:, [1, 3]] = ((mapped[:, [1, 3]] - pad_top) / ratio_y).clamp(0, height)
-    return mapped
-
-
-def map_to_original(values: torch.Tensor, ratio_pad: RatioPad, original_shape: tuple[int, int]) -> torch.Tensor:
-    """Crop the letterbox padding off a ``C×S×S`` map (logits, an image) and resize it to the original size."""
-    (ratio_x, ratio_y), (pad_left, pad_top) = ratio_pad
-    height, width = original_shape
-    left, top = int(pad_left), int(pad_top)
-    inner_width, inner_height = max(round(width * ratio_x), 1), max(round(height * ratio_y), 1)
-    cropped = values[:, top : top + inner_height, left : left + inner_width]
-    if tuple(cropped.shape[-2:]) == (height, width):
-        return cropped
-    return torch.nn.functional.interpolate(cropped[None].float(), size=(height, width), mode="bilinear", align_corners=False)[0]
 
 
 def mosaic4(
@@ -164,8 +116,8 @@ class RandomWarp(v2.Transform):
     A v2 transform (``tv_tensors`` in and out) whose kernels are OpenCV's on uint8: the whole
     warp is one matrix applied once, and ``output_size`` folds a centre crop into that matrix, so
     a mosaic canvas twice the input size is warped straight to the input size. (torchvision's own
-    ``RandomAffine`` resamples the full canvas in float, then the crop throws three quarters away:
-    about 40 ms per 640-pixel canvas against 1 ms here, one thread.)
+    ``RandomAffine`` resamples the full canvas in float, then the crop throws three quarters away;
+    docs/performance.md has the figures.)
 
     Parameters follow ``v2.RandomAffine``: an angle uniform in ``±degrees``, a scale uniform in
     ``1 ± scale``, a shift uniform in ``±translate`` of the output's width and height, all around
@@ -227,8 +179,8 @@ class RandomHSV(v2.Transform):
 
     The hue moves by a fraction uniform in ``±hue`` of the colour circle; saturation and value
     are multiplied by gains uniform in ``1 ± saturation`` and ``1 ± value``. One colour-space round
-    trip and three 256-entry tables per image (OpenCV), where v2 ``ColorJitter`` computes in float
-    (about 16 ms per 320-pixel image against under 1 ms, one thread). Other inputs pass unchanged.
+    trip and three 256-entry tables per image (OpenCV), where v2 ``ColorJitter`` computes every
+    pixel in float, an order of magnitude slower (docs/performance.md). Other inputs pass unchanged.
     """
 
     def __init__(self, hue: float = 0.0, saturation: float = 0.0, value: float = 0.0) -> None:

@@ -11,11 +11,28 @@ anchor-free heads regress.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import torch
 
-__all__ = ["IoUKind", "aligned_box_iou", "distances_to_boxes", "boxes_to_distances"]
+__all__ = [
+    "IoUKind", "aligned_box_iou", "distances_to_boxes", "boxes_to_distances", "RatioPad", "ImagePlacement",
+    "boxes_to_original", "drop_empty_boxes",
+]
+
+RatioPad = tuple[tuple[float, float], tuple[float, float]]
+"""``((ratio_x, ratio_y), (pad_left, pad_top))``: original pixel ``x`` lands at ``x * ratio_x + pad_left`` on the input."""
+
+
+class ImagePlacement(NamedTuple):
+    """Where one original image lies on the network input: its ``RatioPad`` and its ``(height, width)``.
+
+    A detection family's ``postprocess`` given one per image maps its boxes back to the original
+    images in the reference order (mapped, clipped and emptied boxes dropped before NMS).
+    """
+
+    ratio_pad: RatioPad
+    shape: tuple[int, int]
 
 IoUKind = Literal["iou", "giou", "diou", "ciou"]
 _KINDS = ("iou", "giou", "diou", "ciou")
@@ -78,3 +95,22 @@ def boxes_to_distances(boxes: torch.Tensor, anchor_points: torch.Tensor, max_dis
     top_left, bottom_right = boxes.split(2, dim=-1)
     distances = torch.cat((anchor_points - top_left, bottom_right - anchor_points), dim=-1)
     return distances.clamp(min=0, max=max_distance)
+
+
+def boxes_to_original(boxes: torch.Tensor, ratio_pad: RatioPad, shape: tuple[int, int], *, clip: bool = True) -> torch.Tensor:
+    """``n×4`` xyxy boxes in input pixels mapped back to the original image of ``shape`` (the placement undone),
+    clipped to it unless ``clip`` is False (a DETR's reference returns its boxes unclipped)."""
+    (ratio_x, ratio_y), (pad_left, pad_top) = ratio_pad
+    height, width = shape
+    mapped = boxes.detach().float().reshape(-1, 4).clone()
+    mapped[:, [0, 2]] = (mapped[:, [0, 2]] - pad_left) / ratio_x
+    mapped[:, [1, 3]] = (mapped[:, [1, 3]] - pad_top) / ratio_y
+    if clip:
+        mapped[:, [0, 2]] = mapped[:, [0, 2]].clamp(0, width)
+        mapped[:, [1, 3]] = mapped[:, [1, 3]].clamp(0, height)
+    return mapped
+
+
+def drop_empty_boxes(boxes: torch.Tensor) -> torch.Tensor:
+    """The indices of the ``n×4`` xyxy boxes with a positive width and height."""
+    return ((boxes[:, 2] > boxes[:, 0]) & (boxes[:, 3] > boxes[:, 1])).nonzero(as_tuple=True)[0]
