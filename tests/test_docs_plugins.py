@@ -1,4 +1,4 @@
-"""docs/plugins.md: the complete example plugin is written to disk and its own tests run."""
+"""docs/plugins.md: the example plugins (a family; a task with a family of it) are written to disk and their own tests run."""
 
 from __future__ import annotations
 
@@ -26,9 +26,11 @@ def test_every_python_block_of_the_page_is_a_titled_file():
             assert block.title, f"untitled {block.language} block would not be tested:\n{block.code}"
 
 
-def test_the_example_plugin_installs_and_its_tests_pass(tmp_path, subprocess_env):
-    files = titled_blocks()
+def run_plugin_tests(tmp_path, subprocess_env, prefix: str, *, passed: int) -> None:
+    """Write the page's plugin whose block titles start with ``prefix`` as a distribution, and run its tests."""
+    files = {name[len(prefix):]: code for name, code in titled_blocks().items() if name.startswith(prefix)}
     project = tomllib.loads(files["pyproject.toml"])
+    package = next(iter(project["project"]["entry-points"]["zoo.plugins"].values()))
     site = write_plugin_distribution(
         tmp_path / "site",
         distribution=project["project"]["name"],
@@ -37,19 +39,29 @@ def test_the_example_plugin_installs_and_its_tests_pass(tmp_path, subprocess_env
         modules={
             name[: -len(".py")].replace("/", ".").removesuffix(".__init__"): code
             for name, code in files.items()
-            if name.startswith("zoo_tinynet/")
+            if name.startswith(f"{package}/")
         },
     )
-    test_file = tmp_path / "tests" / "test_tinynet.py"
-    test_file.parent.mkdir()
-    test_file.write_text(files["tests/test_tinynet.py"])
+    tests = [name for name in files if name.startswith("tests/")]
+    for name in tests:
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(files[name])
     env = {**subprocess_env, "PYTHONPATH": f"{site}:{subprocess_env['PYTHONPATH']}", "ZOO_DISABLE_PLUGIN_AUTOLOAD": ""}
     result = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *(str(tmp_path / name) for name in tests)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 passed" in result.stdout
+    assert f"{passed} passed" in result.stdout
+
+
+def test_the_example_task_plugin_trains_validates_and_predicts_on_two_cpu_ranks(tmp_path, subprocess_env):
+    """A task and a family of it, from a distribution of their own: nothing in zoo_core names them."""
+    run_plugin_tests(tmp_path, subprocess_env, "zoo-counting/", passed=2)
+
+
+def test_the_example_plugin_installs_and_its_tests_pass(tmp_path, subprocess_env):
+    run_plugin_tests(tmp_path, subprocess_env, "", passed=4)
 
 
 def test_the_policy_plugin_switches_sync_bn_off_everywhere(tmp_path):

@@ -118,7 +118,7 @@ def test_prepare_workers_starts_the_forkserver_before_train_for_several_devices_
 
     started: list[str] = []
     real_start = launcher.start_worker_server
-    monkeypatch.setattr(launcher, "start_worker_server", lambda validates: started.append("started"))
+    monkeypatch.setattr(launcher, "start_worker_server", lambda modules: started.append("started"))
     for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     for device, expected in (("cpu", []), (None, []), ("cpu,cpu", ["started"]), ([0, 1], ["started"])):
@@ -138,7 +138,7 @@ def test_prepare_workers_starts_the_forkserver_before_train_for_several_devices_
     zoo_core.prepare_workers("cpu,cpu")
     if "forkserver" in multiprocessing.get_all_start_methods():
         assert multiprocessing.forkserver._forkserver._forkserver_pid is not None
-        assert launcher._start_method() == "forkserver"  # train() forks its workers from this one
+        assert launcher.WORKER_SERVER.start_method() == "forkserver"  # train() forks its workers from this one
 
 
 # --------------------------------------------------------------------------- E4, E5, E13 (refused before any worker)

@@ -235,6 +235,35 @@ def test_seeds_differ_by_rank_and_epoch_and_repeat():
     assert len({derive_seed(0, rank, epoch) for rank in range(4) for epoch in range(4)}) == 16
 
 
+def test_a_re_drawn_class_head_depends_on_the_run_seed_alone(tmp_path):
+    """The class-dependent tensors a run draws for its dataset come from the run's seed, not from the
+    global stream: a draw made before (another test, another model) leaves them as they were."""
+    from pathlib import Path
+
+    from tests.doubles import use_test_families
+    from zoo_core.engine.rank import adapt_to_dataset
+    from zoo_core.engine.spec import ModelSpec
+    from zoo_core.plugin_manager import get_plugin_manager
+    from zoo_core.tasks.base import DataSpec
+
+    use_test_families()
+    manager = get_plugin_manager()
+    spec = ModelSpec("tinynet", "s", "classify", 2, {0: "a", 1: "b"})
+    data = DataSpec("classify", Path(tmp_path), {0: "a", 1: "b", 2: "c"}, train=None, val=None)
+
+    def head(seed: int, draws_before: int) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(1234)
+        torch.rand(draws_before)
+        model, adapted = adapt_to_dataset(spec, data, manager, seed=seed, report=False)
+        assert adapted.num_classes == 3
+        return model.head.weight.detach().clone(), torch.rand(1)
+
+    (first, after_first), (second, after_second) = head(0, 1), head(0, 1000)
+    assert torch.equal(first, second)
+    assert not torch.equal(after_first, after_second)  # the global stream itself was left where it was
+    assert not torch.equal(first, head(1, 1)[0])
+
+
 def test_backend_is_gloo_off_cuda_and_nccl_on_cuda_when_built():
     import torch.distributed as dist
 
@@ -281,21 +310,21 @@ def test_a_forkserver_that_cannot_start_falls_back_to_spawned_workers_and_says_w
     def refuse() -> None:
         raise OSError("AF_UNIX path too long")
 
-    monkeypatch.setattr(launcher, "_forkserver_failure", None)
-    monkeypatch.setattr(launcher, "_forkserver_is_ours", False)
+    server = launcher.WorkerServer()
     monkeypatch.setattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
     monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", refuse)
     with caplog.at_level("WARNING", logger="zoo.train"):
-        launcher.start_worker_server()
-    assert launcher._start_method() == "spawn"
+        server.start(launcher.ENGINE_MODULES)
+    assert server.start_method() == "spawn" and not server.started_here
     assert "AF_UNIX path too long" in caplog.text and "TMPDIR" in caplog.text
 
 
-def test_the_forkserver_imports_the_metrics_for_its_workers_exactly_when_the_run_validates(monkeypatch):
+def test_the_forkserver_imports_the_task_and_its_metrics_for_its_workers_exactly_when_the_run_validates(monkeypatch):
     """Imported in each worker at its first validation, torchmetrics costs every rank its seconds at once."""
     import multiprocessing.forkserver
 
-    from zoo_core.engine import launcher
+    from zoo_core.engine import fitting, launcher
+    from zoo_core.tasks import get_task
 
     asked: list[list[str]] = []
 
@@ -303,16 +332,17 @@ def test_the_forkserver_imports_the_metrics_for_its_workers_exactly_when_the_run
         asked.append(list(multiprocessing.forkserver._forkserver._preload_modules))
         raise OSError("not started by this test")
 
+    task = get_task("detect")
     for validates in (True, False):
-        monkeypatch.setattr(launcher, "_forkserver_failure", None)
-        monkeypatch.setattr(launcher, "_forkserver_is_ours", False)
+        monkeypatch.setattr(launcher, "WORKER_SERVER", launcher.WorkerServer())
         monkeypatch.setattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None)
         monkeypatch.setattr(multiprocessing.forkserver._forkserver, "_preload_modules", ["__main__"])
         monkeypatch.setattr(multiprocessing.forkserver, "ensure_running", record_preload)
-        launcher.start_worker_server(validates=validates)
+        launcher.start_worker_server([*fitting.ENGINE_MODULES, *task.preloaded_modules(validates=validates)])
     with_validation, without = asked
-    assert set(launcher.FORKSERVER_PRELOAD) <= set(without) and set(launcher.VALIDATION_PRELOAD).isdisjoint(without)
-    assert set(launcher.FORKSERVER_PRELOAD + launcher.VALIDATION_PRELOAD) <= set(with_validation)
+    metrics = set(task.validation_modules)
+    assert {*launcher.ENGINE_MODULES, "zoo_core.tasks.detect"} <= set(without) and metrics.isdisjoint(without)
+    assert {*launcher.ENGINE_MODULES, "zoo_core.tasks.detect", *metrics} <= set(with_validation)
 
 
 @pytest.mark.parametrize("scale", [0.01, 100.0, float("inf")])

@@ -2,7 +2,7 @@
 
 Parametrized over registry.yaml (a family added there is exported without touching this file).
 Each graph is traced at batch 1 and run at batch 2, which proves the dynamic batch dimension;
-the outputs are the pre-NMS candidates / logits of ``zoo_core.export.OUTPUT_NAMES``.
+the outputs are the pre-NMS candidates / logits its task names (``Task.export_outputs``).
 """
 
 from __future__ import annotations
@@ -16,9 +16,10 @@ import torch
 from zoo_core import LibreYOLO
 from zoo_core.cli import main
 from zoo_core.errors import ArgumentError
-from zoo_core.export import OUTPUT_NAMES, export_graph, inference_form
+from zoo_core.export import export_graph, inference_form
 from zoo_core.plugin_manager import get_plugin_manager
 from zoo_core.registry import load_registry
+from zoo_core.tasks import get_task
 
 REGISTRY = load_registry()
 SMALLEST_SIZES = [
@@ -33,7 +34,7 @@ def _reference(model: torch.nn.Module, task: str, images: torch.Tensor) -> list[
         outputs = inference_form(model)(images)
     if isinstance(outputs, torch.Tensor):
         return [outputs.numpy()]
-    return [outputs[name].numpy() for name in OUTPUT_NAMES[task]]
+    return [outputs[name].numpy() for name in get_task(task).export_outputs]
 
 
 def _side(model: torch.nn.Module, task: str) -> int:
@@ -56,7 +57,9 @@ def test_the_smallest_size_exports_and_matches_pytorch(family: str, size: str, t
     images = torch.rand(2, 3, side, side, generator=torch.Generator().manual_seed(1))
     expected = _reference(model, task, images)
 
-    onnx_path = export_graph(model, "onnx", tmp_path / "model.onnx", name=f"{family}-{size}", task=task, input_size=side)
+    outputs = get_task(task).export_outputs
+    onnx_path = export_graph(model, "onnx", tmp_path / "model.onnx", name=f"{family}-{size}", task=task, outputs=outputs,
+                             input_size=side)
     session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
     assert [item.name for item in session.get_inputs()] == ["images"]
     produced = session.run(None, {"images": images.numpy()})
@@ -65,7 +68,7 @@ def test_the_smallest_size_exports_and_matches_pytorch(family: str, size: str, t
         np.testing.assert_allclose(got, want, **TOLERANCE, err_msg=f"{family}-{size} ONNX")
 
     script_path = export_graph(model, "torchscript", tmp_path / "model.torchscript", name=f"{family}-{size}", task=task,
-                               input_size=side)
+                               outputs=outputs, input_size=side)
     extra = {"zoo.json": ""}
     loaded = torch.jit.load(str(script_path), _extra_files=extra)
     assert json.loads(extra["zoo.json"])["task"] == task

@@ -239,7 +239,8 @@ class WrappedResnet:
 
 def test_every_hookspec_is_documented():
     specs = [name for name in hookspecs.__all__ if name not in ("PROJECT_NAME", "hookspec", "hookimpl")]
-    assert set(specs) == {"zoo_families", "build_model", "default_sync_bn", "supports_spawn", "training_recipe", "convert_weights"}
+    assert set(specs) == {"zoo_tasks", "zoo_families", "build_model", "default_sync_bn", "supports_spawn", "training_recipe",
+                          "convert_weights"}
     for name in specs:
         doc = getattr(hookspecs, name).__doc__ or ""
         assert len(doc.split()) > 15, f"hookspec {name} needs a docstring a plugin author can work from"

@@ -127,9 +127,9 @@ def test_val_writes_the_task_report_into_its_own_run_folder(task: str):
     names = get_task(task).prepare(DATA).names if task != "restore" else {}
     libre = fake_libre(build(names).eval(), task, names, size)
     validate(libre, data=DATA, batch=4, workers=0)
-    validate(libre, data=DATA, batch=4, workers=0)
-    assert libre.last_val_dir == Path("runs") / task / "val2"  # a second val never overwrites the first
-    written = readable_images(libre.last_val_dir)
+    second = validate(libre, data=DATA, batch=4, workers=0)
+    assert second.report_dir == Path("runs") / task / "val2"  # a second val never overwrites the first
+    written = readable_images(second.report_dir)
     assert expected <= set(written), f"missing: {expected - set(written)}"
 
 

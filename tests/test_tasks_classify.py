@@ -76,7 +76,7 @@ def test_runner_validates_and_predicts_probabilities(tmp_path: Path):
     root = make_folders(tmp_path / "d", splits=("train", "val", "test"))
     torch.manual_seed(0)
     libre = fake_libre(TinyClassifier(3), "classify", {0: "cat", 1: "dog", 2: "emu"}, 16)
-    metrics = validate(libre, data=root, batch=4, device="cpu", workers=0, split="test")
+    metrics = validate(libre, data=root, batch=4, device="cpu", workers=0, split="test").metrics
     assert set(metrics) == {"top1", "top5"} and metrics["top5"] == 1.0  # three classes: top-5 covers all
     (result,) = predict(libre, root / "val" / "dog" / "0.png", save=True, device="cpu")
     assert result.probs.shape == (3,) and float(result.probs.sum()) == pytest.approx(1.0, abs=1e-5)

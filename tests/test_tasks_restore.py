@@ -145,5 +145,5 @@ def test_default_loss_and_prediction_at_full_size(tmp_path: Path):
     root = tmp_path / "photos"
     for split in ("train", "val"):
         save_random(root / split / "a.png", (40, 40), 0)
-    metrics = validate(libre, data=root, imgsz=32, device="cpu", workers=0)
+    metrics = validate(libre, data=root, imgsz=32, device="cpu", workers=0).metrics
     assert set(metrics) == {"psnr", "ssim", "psnr_input"}

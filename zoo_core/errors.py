@@ -11,6 +11,7 @@ __all__ = [
     "RegistryError",
     "PluginError",
     "UnknownFamilyError",
+    "UnknownTaskError",
     "DuplicateFamilyError",
     "PluginImportError",
     "PluginHookError",
@@ -54,6 +55,13 @@ class PluginError(ZooError):
 
 class UnknownFamilyError(PluginError, LookupError):
     """A family name that no loaded plugin declares."""
+
+    def __str__(self) -> str:  # LookupError would repr() the message otherwise
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownTaskError(PluginError, LookupError):
+    """A task name that neither zoo nor a loaded plugin declares."""
 
     def __str__(self) -> str:  # LookupError would repr() the message otherwise
         return str(self.args[0]) if self.args else ""

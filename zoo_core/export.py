@@ -4,8 +4,8 @@
 copy in eval mode, re-parameterised branches merged by the model's own ``fuse()`` where it has
 one (YOLOv9, YOLOv7, YOLO-NAS) — traced at the model's input size with a dynamic batch dimension.
 The graph takes one input, ``images`` (N×3×H×W float, preprocessed as the task's ``preprocess``
-does), and returns a flat tuple of tensors whose order and names depend on the task
-(``OUTPUT_NAMES``):
+does), and returns a flat tuple of tensors whose order and names the task states (its
+``export_outputs``, ``zoo_core/tasks``):
 
 - detect: ``boxes`` (N×A×4, xyxy in input pixels) and ``scores`` (N×A×C, class probabilities):
   every candidate before confidence filtering and NMS, as ``model(images)["boxes"/"scores"]``;
@@ -34,19 +34,10 @@ from zoo_core.errors import ExportError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GRAPH_FORMATS", "OUTPUT_NAMES", "ONNX_OPSET", "export_graph", "inference_form", "model_summary"]
+__all__ = ["GRAPH_FORMATS", "ONNX_OPSET", "export_graph", "inference_form", "model_summary"]
 
 # The graph formats and the suffix of their files.
 GRAPH_FORMATS = {"onnx": ".onnx", "torchscript": ".torchscript"}
-
-# The outputs of the exported graph, in order, per task (a task not listed returns ``output``).
-OUTPUT_NAMES: dict[str, tuple[str, ...]] = {
-    "detect": ("boxes", "scores"),
-    "classify": ("logits",),
-    "semantic": ("logits",),
-    "points": ("logits",),
-    "restore": ("image",),
-}
 
 # 17: LayerNormalization is native, GridSample (the DETR decoders' deformable attention) exists
 # since 16, and every onnxruntime of the last years runs it.
@@ -55,35 +46,33 @@ ONNX_OPSET = 17
 INPUT_NAME = "images"
 
 
-def _as_tuple(outputs: Any, task: str, where: str) -> tuple["torch.Tensor", ...]:
-    """The eval outputs of a model as the flat tuple the graph returns (``OUTPUT_NAMES`` order)."""
+def _as_tuple(outputs: Any, names: Sequence[str], task: str, where: str) -> tuple["torch.Tensor", ...]:
+    """The eval outputs of a model as the flat tuple the graph returns: the task's ``names``, in order."""
     import torch
 
     if isinstance(outputs, torch.Tensor):
-        return (outputs,)
-    if isinstance(outputs, Mapping):
-        names = OUTPUT_NAMES.get(task, ())
+        found: tuple[torch.Tensor, ...] = (outputs,)
+    elif isinstance(outputs, Mapping):
         if len(names) > 1 and all(isinstance(outputs.get(name), torch.Tensor) for name in names):
             return tuple(outputs[name] for name in names)
         raise ExportError(
             f"{where}: in eval mode the model returns a dict with keys {sorted(outputs)}, but a {task} graph needs "
-            f"{', '.join(names) or 'one tensor'}; its family has to return them (zoo_core/tasks/base.py)"
+            f"{', '.join(names)}; its family has to return them (zoo_core/tasks/base.py)"
         )
-    if isinstance(outputs, (tuple, list)) and outputs and all(isinstance(item, torch.Tensor) for item in outputs):
-        return tuple(outputs)
-    raise ExportError(f"{where}: in eval mode the model returns {type(outputs).__name__}, not tensors; it cannot be exported")
+    elif isinstance(outputs, (tuple, list)) and outputs and all(isinstance(item, torch.Tensor) for item in outputs):
+        found = tuple(outputs)
+    else:
+        raise ExportError(f"{where}: in eval mode the model returns {type(outputs).__name__}, not tensors; it cannot be exported")
+    if len(found) != len(names):
+        raise ExportError(
+            f"{where}: in eval mode the model returns {len(found)} tensor(s), but a {task} graph has the outputs "
+            f"{', '.join(names)}; its family has to return them (zoo_core/tasks/base.py)"
+        )
+    return found
 
 
-def output_names(task: str, count: int) -> tuple[str, ...]:
-    """The names of the graph's ``count`` outputs for ``task``."""
-    names = OUTPUT_NAMES.get(task, ())
-    if len(names) == count:
-        return names
-    return ("output",) if count == 1 else tuple(f"output{index}" for index in range(count))
-
-
-def _graph_module(model: "torch.nn.Module", task: str, where: str) -> "torch.nn.Module":
-    """``model`` wrapped so that it returns the flat tuple of ``OUTPUT_NAMES``."""
+def _graph_module(model: "torch.nn.Module", names: Sequence[str], task: str, where: str) -> "torch.nn.Module":
+    """``model`` wrapped so that it returns the flat tuple of the task's output ``names``."""
     import torch
 
     class ExportedGraph(torch.nn.Module):
@@ -92,7 +81,7 @@ def _graph_module(model: "torch.nn.Module", task: str, where: str) -> "torch.nn.
             self.model = inner
 
         def forward(self, images: torch.Tensor) -> tuple[torch.Tensor, ...]:
-            return _as_tuple(self.model(images), task, where)
+            return _as_tuple(self.model(images), names, task, where)
 
     return ExportedGraph(model).eval()
 
@@ -152,6 +141,7 @@ def export_graph(
     *,
     name: str,
     task: str,
+    outputs: Sequence[str],
     input_size: int | Sequence[int],
     metadata: Mapping[str, Any] | None = None,
     batch: int = 1,
@@ -161,7 +151,8 @@ def export_graph(
     Args:
         model: the built model (left unchanged: a fused copy is exported).
         name: the model's name (``yolo9-t``), for messages.
-        task: decides the outputs (``OUTPUT_NAMES``).
+        task: the model's task (recorded with the graph); ``outputs``: the names of the graph's
+            outputs, in order (the task's ``export_outputs``).
         input_size: the traced height and width (an int is square).
         metadata: JSON-able facts stored with the graph (ONNX: metadata properties, when the
             ``onnx`` package is installed; TorchScript: the extra file ``zoo.json``).
@@ -179,10 +170,10 @@ def export_graph(
     height, width = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
     example = torch.rand(batch, 3, int(height), int(width), generator=torch.Generator().manual_seed(0))
     form = inference_form(model)
-    graph = _graph_module(form, task, name)
+    graph = _graph_module(form, outputs, task, name)
     with torch.no_grad():
-        count = len(graph(example))
-    names = output_names(task, count)
+        graph(example)  # a model whose outputs are not the task's fails here, before any file is written
+    names = tuple(outputs)
     facts = {"name": name, "task": task, "input_size": [int(height), int(width)], "inputs": [INPUT_NAME],
              "outputs": list(names), **dict(metadata or {})}
     temporary = path.with_name(f".{path.name}.partial")

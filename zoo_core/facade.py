@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     import torch
 
     from zoo_core.engine import FitOutcome, ModelSpec, TrainingRecipe, TrainResult
+    from zoo_core.registry import InputPipeline
 
 __all__ = ["LibreYOLO"]
 
@@ -70,6 +71,7 @@ class LibreYOLO:
         self.weights_path: Path | None = None
         self.data = ""  # the dataset the weights were trained on, when known (val() uses it by default)
         self.last_val_dir: Path | None = None  # where the last val() wrote its report
+        self.pipeline_changes: dict[str, Any] = {}  # input-pipeline fields the loaded weights record (ModelMeta)
         self._inference_cache: tuple[Any, Any] | None = None  # (weights key, fused copy): see inference_model
         path = Path(model)
         if path.is_dir():
@@ -125,7 +127,7 @@ class LibreYOLO:
         if loaded.input_size:
             self.input_size = loaded.input_size
         self.load_state_dict(loaded.state_dict, source=f"{path} ({loaded.description})")
-        self.weights_path, self.data = path, loaded.data
+        self.weights_path, self.data, self.pipeline_changes = path, loaded.data, dict(loaded.input_pipeline)
 
     def _resolve_name(self, name: str) -> tuple[str, str]:
         """``(family, size)`` of a model name; a blocked plugin's model says it is blocked."""
@@ -191,7 +193,14 @@ class LibreYOLO:
             zoo_version=__version__,
             options=dict(self.options),
             data=self.data,
+            input_pipeline=dict(self.pipeline_changes),
         )
+
+    @property
+    def input_pipeline(self) -> "InputPipeline":
+        """How an image becomes this model's input (``zoo_core/data/input_pipeline.py``): its family's declaration
+        for its size (docs/registry.md), with the fields its weights file records (``pipeline_changes``)."""
+        return self._recipe().task.input_pipeline.merged(self.pipeline_changes)
 
     @property
     def name(self) -> str:
@@ -230,6 +239,7 @@ class LibreYOLO:
         checkpoint = libreyolo_checkpoint(
             converted.state_dict, family=self.family, size=converted.size or self.size, task=self.task,
             names=self.names, input_size=max(height, width),
+            letterbox_placement=self.input_pipeline.placement if self.input_pipeline.resize == "letterbox" else None,
         )
         if height != width:  # LibreYOLO's rectangle: the longer side in imgsz, both sides beside it
             checkpoint.update(imgsz_h=height, imgsz_w=width)
@@ -254,8 +264,8 @@ class LibreYOLO:
         if format == "libreyolo":
             return self.save(path, format="libreyolo")
         facts = {"family": self.family, "size": self.size, "names": self.names, "zoo_version": __version__}
-        return export_graph(self.model, format, path, name=self.name, task=self.task, input_size=self.input_size,
-                            metadata=facts, batch=batch)
+        return export_graph(self.model, format, path, name=self.name, task=self.task,
+                            outputs=self._recipe().task.export_outputs, input_size=self.input_size, metadata=facts, batch=batch)
 
     def info(self, verbose: bool = True) -> dict[str, Any]:
         """Family, size, task, classes, input size, layers, parameters, GFLOPs and DDP defaults.
@@ -305,7 +315,10 @@ class LibreYOLO:
         """Validate on ``data`` and return the task's metrics (``zoo_core.tasks.runner.validate``)."""
         from zoo_core.tasks.runner import validate
 
-        return validate(self, size_multiple=self._recipe().input_size_multiple(), **kwargs)
+        validation = validate(self, size_multiple=self._recipe().input_size_multiple(), **kwargs)
+        if validation.report_dir is not None:
+            self.last_val_dir = validation.report_dir
+        return validation.metrics
 
     def predict(self, source: Any, **kwargs: Any) -> Any:
         """Predict on an image, a video, a folder, a glob, a PIL image, an array, or a list of them.
@@ -343,6 +356,7 @@ class LibreYOLO:
         return ModelSpec(
             family=self.family, size=self.size, task=self.task, num_classes=self.num_classes, names=dict(self.names),
             input_size=self.input_size, options=dict(self.options), weights=weights, source=self.weights_path,
+            input_pipeline=dict(self.pipeline_changes),
         )
 
     @contextlib.contextmanager

@@ -1,9 +1,9 @@
 """Hook specifications: the reference for plugin authors.
 
 A plugin is a module (or object) with functions marked ``@hookimpl`` whose names match the
-specifications below. Each family is its own plugin, registered under its family name.
-zoo's core implements every hook ``trylast`` by answering from the family's declaration, so a
-plugin only implements a hook where it means to override that answer.
+specifications below. Each family is its own plugin, registered under its family name; a plugin
+may also add tasks (``zoo_tasks``). zoo's core implements every hook ``trylast`` by answering from
+the declarations, so a plugin only implements a hook where it means to override that answer.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ __all__ = [
     "PROJECT_NAME",
     "hookspec",
     "hookimpl",
+    "zoo_tasks",
     "zoo_families",
     "build_model",
     "default_sync_bn",
@@ -33,6 +34,19 @@ __all__ = [
 PROJECT_NAME = "zoo"
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
+
+
+@hookspec
+def zoo_tasks() -> list[Any]:
+    """Return the tasks this plugin adds: a list of dicts or ``TaskDeclaration`` objects.
+
+    Called once, when the plugin manager loads, before any family declaration is checked. Each
+    declaration names the task, its ``Task`` subclass as ``"module:Class"`` (imported only when a
+    model of the task is built, trained or run) and whether its models predict classes and take
+    rectangular inputs (docs/registry.md); the class states the rest (``zoo_core/tasks/base.py``).
+    It must be cheap: data only, no torch import. The core answers with the built-in tasks of
+    registry.yaml; a task name declared twice is an error naming both plugins.
+    """
 
 
 @hookspec

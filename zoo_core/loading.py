@@ -53,6 +53,7 @@ class LoadedWeights:
     options: dict[str, Any] = field(default_factory=dict)
     zoo_version: str = ""
     data: str = ""  # the dataset it was trained on, when the file records it
+    input_pipeline: dict[str, Any] = field(default_factory=dict)  # input-pipeline fields the file records
 
 
 def _meta_model_shapes(manager: "ZooPluginManager", family: str, size: str, num_classes: int,
@@ -127,12 +128,12 @@ def _from_libreyolo(found: RecognisedWeights, manager: "ZooPluginManager") -> Lo
             f"its sizes are {', '.join(declaration.sizes)}"
         )
     converted = _converted(manager, found.family, found.size, found.state_dict, "libreyolo") or ConvertedWeights(found.state_dict)
-    num_classes = 0 if declaration.task == "restore" else found.num_classes
+    has_classes = manager.task(declaration.task).classes
     return LoadedWeights(
-        family=found.family, size=converted.size or found.size, num_classes=num_classes,
+        family=found.family, size=converted.size or found.size, num_classes=found.num_classes if has_classes else 0,
         state_dict=dict(converted.state_dict), description=found.describe(), layout="libreyolo",
-        names=dict(found.names) if declaration.task != "restore" else {}, input_size=found.input_size,
-        options=dict(converted.options),
+        names=dict(found.names) if has_classes else {}, input_size=found.input_size,
+        options=dict(converted.options), input_pipeline=dict(found.input_pipeline),
     )
 
 
@@ -157,10 +158,10 @@ def _from_state_dict(found: RecognisedWeights, manager: "ZooPluginManager", arch
     for layout, converted in candidates:
         chosen_size = converted.size or size
         options = dict(converted.options)
-        if declaration.task == "restore":
-            num_classes: int | None = 0
+        if manager.task(declaration.task).classes:
+            num_classes: int | None = class_count_of(manager, family, chosen_size, converted.state_dict, options)
         else:
-            num_classes = class_count_of(manager, family, chosen_size, converted.state_dict, options)
+            num_classes = 0
         inferred = num_classes is not None
         if num_classes is None:  # still show how the tensors differ, against the published class count
             num_classes = declaration.published_num_classes or 1
@@ -194,6 +195,7 @@ def load_weights_file(path: str | Path, manager: "ZooPluginManager", *, architec
             family=meta.family, size=meta.size, num_classes=meta.num_classes, state_dict=found.state_dict,
             description=found.describe(), names=dict(meta.names), input_size=meta.input_size or None,
             options=dict(meta.options), zoo_version=meta.zoo_version, data=meta.data,
+            input_pipeline=dict(meta.input_pipeline),
         )
     if found.format == "libreyolo":
         return _from_libreyolo(found, manager)

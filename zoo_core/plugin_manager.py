@@ -2,9 +2,10 @@
 
 Loading follows pytest's order: find entry points in group ``zoo.plugins`` (metadata only),
 drop the blocked ones *before* importing them, import the rest, then ``check_pending()`` so a
-misspelt hook is an error rather than a silently ignored function. Each plugin's
-``zoo_families`` declarations are validated and collected; one family name declared twice is an
-error naming both plugins and their distributions.
+misspelt hook is an error rather than a silently ignored function. Then the declarations are
+collected: first every plugin's ``zoo_tasks`` (the core declares the built-in tasks), then every
+plugin's ``zoo_families``, each checked against the declaration of its task; one task or family
+name declared twice is an error naming both plugins and their distributions.
 
 The built-in families are served by zoo-core's own entry points; a built-in that registry.yaml
 declares but no entry point served (another distribution's metadata can hide zoo-core's on a
@@ -37,9 +38,17 @@ from zoo_core.errors import (
     PluginHookError,
     PluginImportError,
     UnknownFamilyError,
+    UnknownTaskError,
 )
 from zoo_core.hookspecs import hookimpl
-from zoo_core.registry import FamilyDeclaration, load_registry, validate_declaration
+from zoo_core.registry import (
+    FamilyDeclaration,
+    TaskDeclaration,
+    builtin_tasks,
+    load_registry,
+    validate_declaration,
+    validate_task_declaration,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -99,10 +108,14 @@ def _normalised(distribution: str | None) -> str | None:
 
 
 class _DeclarationAnswers:
-    """The core's ``trylast`` hook implementations: answers read from family declarations."""
+    """The core's hook implementations: the built-in tasks, and ``trylast`` answers read from family declarations."""
 
     def __init__(self, manager: "ZooPluginManager") -> None:
         self._manager = manager
+
+    @hookimpl
+    def zoo_tasks(self) -> list[TaskDeclaration]:
+        return list(builtin_tasks().values())
 
     @hookimpl(trylast=True)
     def build_model(self, family: str, size: str, num_classes: int, options: dict[str, Any]) -> Any:
@@ -133,6 +146,17 @@ class _DeclarationAnswers:
         recipe_class = pkgutil.resolve_name(declaration.recipe or _DEFAULT_RECIPE)
         return recipe_class(declaration, size)
 
+    @hookimpl(trylast=True)
+    def convert_weights(
+        self, family: str, size: str, state_dict: Mapping[str, Any], source: str, target: str
+    ) -> "dict[str, Any] | ConvertedWeights | None":
+        declaration = self._manager.family(family)
+        if declaration.converter is None:
+            return None  # only files in the family's own keys load
+        # Resolved by name like the builder, when a file is converted only: converters import torch.
+        converter = pkgutil.resolve_name(declaration.converter)
+        return converter(size, state_dict, source, target)
+
 
 class ZooPluginManager(pluggy.PluginManager):
     """A pluggy manager that knows zoo's families, where each came from, and how to block plugins."""
@@ -143,19 +167,28 @@ class ZooPluginManager(pluggy.PluginManager):
         self.blocked_names: frozenset[str] = frozenset([*_env_list(_BLOCK_ENV), *block])
         self.autoload = (not _env_flag(_DISABLE_AUTOLOAD_ENV)) if autoload is None else autoload
         self._records: dict[str, PluginRecord] = {}
+        self._tasks: dict[str, TaskDeclaration] = {}
+        self._task_owner: dict[str, str] = {}
         self._families: dict[str, FamilyDeclaration] = {}
         self._family_owner: dict[str, str] = {}
         self._runtime_plugins: list[tuple[str, Any]] = []
         for name in self.blocked_names:
             self.set_blocked(name)
-        self.register(_DeclarationAnswers(self), name=CORE_PLUGIN_NAME)
+        core = _DeclarationAnswers(self)
+        self.register(core, name=CORE_PLUGIN_NAME)
+        self._collect_tasks(core, PluginRecord(name=CORE_PLUGIN_NAME, module=__name__, distribution=CORE_DISTRIBUTION))
         if _env_flag(_DEBUG_ENV):
             self.trace.root.setwriter(sys.stderr.write)
             self.enable_tracing()
 
     # ----------------------------------------------------------------------------- loading
     def load_entry_point_plugins(self) -> None:
-        """Find, filter, import and register every plugin of group ``zoo.plugins``, then check hooks."""
+        """Find, filter, import and register every plugin of group ``zoo.plugins``, then check hooks.
+
+        Every plugin is registered before any declaration is collected, so a family may use a task
+        that another plugin declares, whatever the order of the entry points.
+        """
+        loaded: list[tuple[Any, PluginRecord]] = []
         for entry_point in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
             distribution = entry_point.dist.name if entry_point.dist else None
             record = PluginRecord(
@@ -186,7 +219,12 @@ class ZooPluginManager(pluggy.PluginManager):
                     f"{_BLOCK_ENV}={entry_point.name}, or skip all third-party plugins with "
                     f"{_DISABLE_AUTOLOAD_ENV}=1"
                 ) from error
-            self._register_recorded(plugin, record)
+            if self._register_recorded(plugin, record):
+                loaded.append((plugin, record))
+        for plugin, record in loaded:
+            self._collect_tasks(plugin, record)
+        for plugin, record in loaded:
+            self._collect_families(plugin, record)
         self._register_unserved_builtins()
         self._check_hooks()
 
@@ -207,8 +245,9 @@ class ZooPluginManager(pluggy.PluginManager):
                     f"the built-in family {name!r} could not import its plugin module {plugin_name!r}: "
                     f"{type(error).__name__}: {error}. Reinstall zoo-core, or block it with {_BLOCK_ENV}={name}"
                 ) from error
-            self._register_recorded(plugin, PluginRecord(name=name, module=plugin_name, distribution=CORE_DISTRIBUTION,
-                                                         version=__version__))
+            record = PluginRecord(name=name, module=plugin_name, distribution=CORE_DISTRIBUTION, version=__version__)
+            if self._register_recorded(plugin, record):
+                self._collect_families(plugin, record)
 
     def register_family_plugin(self, plugin: Any, name: str | None = None) -> str | None:
         """Register ``plugin`` at run time (a module or an object with ``@hookimpl`` methods).
@@ -223,12 +262,16 @@ class ZooPluginManager(pluggy.PluginManager):
         if name in self.blocked_names:
             return None
         module = plugin.__name__ if isinstance(plugin, type(sys)) else type(plugin).__module__
-        self._register_recorded(plugin, PluginRecord(name=name, module=module))
+        record = PluginRecord(name=name, module=module)
+        if self._register_recorded(plugin, record):
+            self._collect_tasks(plugin, record)
+            self._collect_families(plugin, record)
         self._check_hooks()
         self._runtime_plugins.append((name, module if isinstance(plugin, type(sys)) else plugin))
         return name
 
-    def _register_recorded(self, plugin: Any, record: PluginRecord) -> None:
+    def _register_recorded(self, plugin: Any, record: PluginRecord) -> bool:
+        """Register ``plugin`` under ``record``'s name; False if its name is blocked."""
         try:
             registered = self.register(plugin, name=record.name)
         except pluggy.PluginValidationError as error:
@@ -241,22 +284,36 @@ class ZooPluginManager(pluggy.PluginManager):
                 f"uninstall one, or block one with {_BLOCK_ENV}={record.name}"
             ) from None
         if registered is None:  # blocked
-            return
+            return False
         self._records[record.name] = record
-        self._collect_declarations(plugin, record)
+        return True
 
-    def _collect_declarations(self, plugin: Any, record: PluginRecord) -> None:
-        implementation = getattr(plugin, "zoo_families", None)
-        if implementation is None:
-            return
-        declared = implementation()
+    @staticmethod
+    def _declared(plugin: Any, hook: str, single: tuple[type, ...]) -> list[Any]:
+        """What ``plugin``'s declaration hook ``hook`` returns, as a list (none: empty)."""
+        implementation = getattr(plugin, hook, None)
+        declared = implementation() if implementation is not None else None
         if declared is None:
-            return
-        if isinstance(declared, (Mapping, FamilyDeclaration)):
-            declared = [declared]
-        for index, item in enumerate(declared):
+            return []
+        return [declared] if isinstance(declared, single) else list(declared)
+
+    def _collect_tasks(self, plugin: Any, record: PluginRecord) -> None:
+        for index, item in enumerate(self._declared(plugin, "zoo_tasks", (Mapping, TaskDeclaration))):
+            declaration = validate_task_declaration(item, f"{record.describe()} zoo_tasks() item {index}")
+            owner = self._task_owner.get(declaration.name)
+            if owner is not None:
+                first = self._records[owner].describe() if owner in self._records else "zoo-core's built-in tasks"
+                raise DuplicateFamilyError(
+                    f"task {declaration.name!r} is declared by {first} and by {record.describe()}; uninstall one of the "
+                    f"distributions or block one of the plugins ({_BLOCK_ENV}={record.name})"
+                )
+            self._tasks[declaration.name] = declaration
+            self._task_owner[declaration.name] = record.name
+
+    def _collect_families(self, plugin: Any, record: PluginRecord) -> None:
+        for index, item in enumerate(self._declared(plugin, "zoo_families", (Mapping, FamilyDeclaration))):
             where = f"{record.describe()} zoo_families() item {index}"
-            declaration = validate_declaration(item, where)
+            declaration = validate_declaration(item, where, self._tasks)
             if declaration.plugin is None:
                 declaration = declaration.model_copy(update={"plugin": record.module})
             owner = self._family_owner.get(declaration.name)
@@ -292,6 +349,21 @@ class ZooPluginManager(pluggy.PluginManager):
             ) from None
 
     # ----------------------------------------------------------------------------- queries
+    @property
+    def tasks(self) -> Mapping[str, TaskDeclaration]:
+        """Every declared task by name: the built-in ones, then those plugins add."""
+        return dict(self._tasks)
+
+    def task(self, name: str) -> TaskDeclaration:
+        """The declaration of task ``name``; ``UnknownTaskError`` naming the declared tasks if none."""
+        try:
+            return self._tasks[name]
+        except KeyError:
+            raise UnknownTaskError(
+                f"no plugin declares a task {name!r}; the tasks are {', '.join(self._tasks)}. A plugin adds one with "
+                "its zoo_tasks hook (docs/plugins.md)"
+            ) from None
+
     @property
     def families(self) -> Mapping[str, FamilyDeclaration]:
         """Every declared family by name, in load order."""

@@ -1,8 +1,12 @@
 """The declarative registry: the pydantic schema of a family declaration and registry.yaml loading.
 
-registry.yaml at the repository root is the one source for the built-in families; a wheel
-carries it as ``zoo_core/registry.yaml``. Third-party plugins return the same schema from their
-``zoo_families`` hook. Field reference: docs/registry.md.
+registry.yaml at the repository root is the one source for the built-in tasks and families; a
+wheel carries it as ``zoo_core/registry.yaml``. Third-party plugins return the same schemas from
+their ``zoo_tasks`` and ``zoo_families`` hooks. Field reference: docs/registry.md.
+
+A task is declared by what zoo must know before it imports any task code (``zoo list`` imports
+no torch): its ``Task`` class, whether its models predict classes, and whether its inputs may be
+rectangles. A family declaration is checked against the declaration of its task.
 """
 
 from __future__ import annotations
@@ -13,13 +17,14 @@ from pathlib import Path
 from typing import Any, Callable, Literal, Mapping, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from zoo_core.errors import RegistryError
 
 __all__ = [
-    "TASKS",
-    "RECTANGULAR_TASKS",
+    "TaskDeclaration",
+    "builtin_tasks",
+    "InputPipeline",
     "WeightsSource",
     "SizeDeclaration",
     "FamilyDeclaration",
@@ -28,20 +33,16 @@ __all__ = [
     "builtin_families",
     "declared_in_registry",
     "validate_declaration",
+    "validate_task_declaration",
     "ImageSize",
     "image_size_hw",
     "normalise_image_size",
 ]
 
 # libyaml's safe loader where PyYAML has it (its wheels do): the same documents as yaml.safe_load,
-# but the 100 kB registry that every process building a plugin manager reads (each training worker,
-# each `zoo` command) parses in 0.02 s instead of 0.3 s.
+# parsed in C, and every process building a plugin manager (each training worker, each `zoo`
+# command) reads the whole registry (docs/performance.md).
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-TASKS = ("detect", "points", "classify", "semantic", "restore")
-# Tasks whose data pipeline resizes to any height × width; the others letterbox or crop to a square.
-RECTANGULAR_TASKS = frozenset({"semantic"})
-Task = Literal["detect", "points", "classify", "semantic", "restore"]
 
 _FAMILY_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 _BUILDER_REF = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
@@ -73,6 +74,32 @@ def image_size_hw(size: ImageSize) -> tuple[int, int]:
     return (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
 
 
+class TaskDeclaration(BaseModel):
+    """A task as zoo knows it before importing its code (its behaviour and other facts are its ``Task`` class's)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    implementation: str = Field(description='"module:Class", the zoo_core.tasks.base.Task subclass; imported on first use')
+    classes: bool = Field(default=True, description="its models predict classes (families declare published_num_classes)")
+    rectangular: bool = Field(default=False, description="its inputs may be [height, width] rectangles, not only squares")
+    libreyolo_name: str | None = Field(default=None, description="the name LibreYOLO's checkpoints give the task, where it differs")
+
+    @field_validator("name")
+    @classmethod
+    def _task_name(cls, value: str) -> str:
+        if not _FAMILY_NAME.match(value):
+            raise ValueError(f"{value!r} must be lower case letters, digits and '_', starting with a letter")
+        return value
+
+    @field_validator("implementation")
+    @classmethod
+    def _implementation_reference(cls, value: str) -> str:
+        if not _BUILDER_REF.match(value):
+            raise ValueError(f'{value!r} must be "package.module:Class"')
+        return value
+
+
 class WeightsSource(BaseModel):
     """Where the published weights of one size can be downloaded from."""
 
@@ -96,6 +123,36 @@ class WeightsSource(BaseModel):
         return value.lower()
 
 
+class InputPipeline(BaseModel):
+    """How an image becomes a family's network input: the resize its published weights were trained with.
+
+    ``zoo_core/data/input_pipeline.py`` runs it; docs/registry.md describes every field.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    resize: Literal["letterbox", "stretch", "crop", "native"] = Field(
+        description="letterbox: aspect kept, padded; stretch: both sides to the input size; crop: shorter side to "
+        "size / crop_pct, then the centre; native: the image as it is")
+    placement: Literal["top_left", "centre"] = Field(default="top_left", description="where a letterboxed image sits")
+    interpolation: Literal["bilinear", "bilinear_antialiased", "bicubic_antialiased"] = Field(
+        default="bilinear", description="bilinear: OpenCV's INTER_LINEAR; the antialiased ones: PIL's filters")
+    rounding: Literal["floor", "round"] = Field(default="floor", description="how a letterboxed side's new length is rounded")
+    fit_side: int | None = Field(default=None, gt=0, description="a letterboxed image's longer side at most this (YOLO-NAS: 636)")
+    pad_value: int = Field(default=114, ge=0, le=255, description="the grey of a letterbox's padding")
+    crop_pct: float | None = Field(default=None, gt=0, le=1, description="crop: the share of the resized image kept")
+    resize_in_float: bool = Field(default=False, description="resize the image in [0, 1] floats, not in uint8 levels")
+    pad_multiple: int | None = Field(
+        default=None, gt=0, description="native: the image padded (mirrored) on the right and bottom to a multiple of this")
+    unpad_rounding: Literal["floor", "round"] = Field(
+        default="floor", description="how a dense prediction's valid region is counted when it is mapped back "
+        "(SegFormer's reference rounds where its resize truncated)")
+
+    def merged(self, changes: Mapping[str, Any] | None) -> "InputPipeline":
+        """This pipeline with the fields in ``changes`` replaced (a size's or a weights file's own)."""
+        return self if not changes else InputPipeline.model_validate({**self.model_dump(), **dict(changes)})
+
+
 class SizeDeclaration(BaseModel):
     """One size (variant) of a family."""
 
@@ -106,6 +163,8 @@ class SizeDeclaration(BaseModel):
     params_source: str = Field(min_length=1, description="where the published count comes from")
     config: dict[str, Any] = Field(default_factory=dict, description="keyword data for the builder")
     weights: WeightsSource | None = None
+    input_pipeline: dict[str, Any] = Field(
+        default_factory=dict, description="fields of the family's input_pipeline this size changes (a classifier's crop_pct)")
 
     @field_validator("input_size", mode="before")
     @classmethod
@@ -120,7 +179,7 @@ class FamilyDeclaration(BaseModel):
 
     name: str
     display: str = Field(min_length=1)
-    task: Task
+    task: str = Field(description="the name of a declared task (zoo list --task; registry.yaml's tasks)")
     builder: str = Field(description='"module:function" called with a BuildRequest to build the model')
     plugin: str | None = Field(default=None, description="the plugin package that serves this family")
     paper: str = ""
@@ -130,6 +189,8 @@ class FamilyDeclaration(BaseModel):
     param_tolerance: float = Field(default=0.02, ge=0, lt=1)
     spawn: bool = False
     sync_bn: bool = False
+    input_pipeline: InputPipeline | None = Field(
+        default=None, description="the resize the published weights expect; default: the task's (Task.default_input_pipeline)")
     channels_last: bool = Field(
         default=False, description="on a CPU, train and predict with the network's 4-D tensors in channels-last memory "
         "(declare it where it is measured faster and gives the same outputs; benchmarks/channels_last.py)"
@@ -139,6 +200,10 @@ class FamilyDeclaration(BaseModel):
     )
     recipe: str | None = Field(
         default=None, description='"module:Class", a TrainingRecipe subclass; default: zoo_core.engine.recipe:TrainingRecipe'
+    )
+    converter: str | None = Field(
+        default=None, description='"module:function" called as converter(size, state_dict, source, target) to convert '
+        "weights between zoo's keys and a foreign layout; default: none (only files in zoo's keys load)"
     )
 
     @field_validator("name")
@@ -162,6 +227,13 @@ class FamilyDeclaration(BaseModel):
             raise ValueError(f'{value!r} must be "package.module:Class"')
         return value
 
+    @field_validator("converter")
+    @classmethod
+    def _converter_reference(cls, value: str | None) -> str | None:
+        if value is not None and not _BUILDER_REF.match(value):
+            raise ValueError(f'{value!r} must be "package.module:function"')
+        return value
+
     @field_validator("sizes")
     @classmethod
     def _some_sizes(cls, value: dict[str, SizeDeclaration]) -> dict[str, SizeDeclaration]:
@@ -180,18 +252,34 @@ class FamilyDeclaration(BaseModel):
                 raise ValueError(f"pattern {pattern!r} must contain '{{size}}' exactly once")
         return value
 
+    @field_validator("task")
+    @classmethod
+    def _declared_task(cls, value: str, info: ValidationInfo) -> str:
+        tasks = _tasks_in(info)
+        if value not in tasks:
+            raise ValueError(f"{value!r} is not a declared task; the tasks are {', '.join(tasks)} (a plugin adds one "
+                             "with its zoo_tasks hook, docs/plugins.md)")
+        return value
+
     @model_validator(mode="after")
-    def _classes_for_class_tasks(self) -> "FamilyDeclaration":
-        if self.task != "restore" and self.published_num_classes is None:
+    def _fits_its_task(self, info: ValidationInfo) -> "FamilyDeclaration":
+        tasks = _tasks_in(info)
+        task = tasks[self.task]
+        if task.classes and self.published_num_classes is None:
             raise ValueError(f"field 'published_num_classes' is required for task {self.task!r}")
-        if self.task not in RECTANGULAR_TASKS:
+        if not task.rectangular:
             rectangles = [size for size, declared in self.sizes.items() if not isinstance(declared.input_size, int)]
             if rectangles:
+                rectangular = [name for name, declared in tasks.items() if declared.rectangular]
                 raise ValueError(
                     f"sizes {', '.join(rectangles)}: a {self.task!r} model takes a square input_size (one integer); "
-                    f"[height, width] is for {', '.join(sorted(RECTANGULAR_TASKS))}"
+                    f"[height, width] is for {', '.join(rectangular) or 'no declared task'}"
                 )
         return self
+
+    def input_pipeline_of(self, size: str, task_default: InputPipeline) -> InputPipeline:
+        """The input pipeline of ``size``: the family's (else ``task_default``, its task's) with the size's own fields."""
+        return (self.input_pipeline or task_default).merged(self.size(size).input_pipeline)
 
     def size(self, size: str) -> SizeDeclaration:
         """The declaration of ``size``; a ``ModelNameError`` listing the sizes if it is not declared."""
@@ -205,6 +293,11 @@ class FamilyDeclaration(BaseModel):
             ) from None
 
 
+def _tasks_in(info: ValidationInfo) -> Mapping[str, TaskDeclaration]:
+    """The task declarations a family declaration is checked against: the validation's, else the built-in ones."""
+    return (info.context or {}).get("tasks") or builtin_tasks()
+
+
 def _format_validation_error(where: str, error: ValidationError) -> str:
     lines = [f"{where} does not match the registry schema (docs/registry.md):"]
     for item in error.errors():
@@ -213,14 +306,28 @@ def _format_validation_error(where: str, error: ValidationError) -> str:
     return "\n".join(lines)
 
 
-def validate_declaration(data: Mapping[str, Any] | FamilyDeclaration, where: str) -> FamilyDeclaration:
-    """Validate one declaration; a ``RegistryError`` naming ``where`` and every bad field if invalid."""
+def validate_declaration(data: Mapping[str, Any] | FamilyDeclaration, where: str,
+                         tasks: Mapping[str, TaskDeclaration] | None = None) -> FamilyDeclaration:
+    """Validate one family declaration against ``tasks`` (default: the built-in tasks); a ``RegistryError``
+    naming ``where`` and every bad field if invalid."""
     if isinstance(data, FamilyDeclaration):
         return data
     if not isinstance(data, Mapping):
         raise RegistryError(f"{where} must be a mapping of fields, got {type(data).__name__}")
     try:
-        return FamilyDeclaration.model_validate(dict(data))
+        return FamilyDeclaration.model_validate(dict(data), context={"tasks": tasks})
+    except ValidationError as error:
+        raise RegistryError(_format_validation_error(where, error)) from None
+
+
+def validate_task_declaration(data: Mapping[str, Any] | TaskDeclaration, where: str) -> TaskDeclaration:
+    """Validate one task declaration; a ``RegistryError`` naming ``where`` and every bad field if invalid."""
+    if isinstance(data, TaskDeclaration):
+        return data
+    if not isinstance(data, Mapping):
+        raise RegistryError(f"{where} must be a mapping of fields, got {type(data).__name__}")
+    try:
+        return TaskDeclaration.model_validate(dict(data))
     except ValidationError as error:
         raise RegistryError(_format_validation_error(where, error)) from None
 
@@ -234,19 +341,25 @@ def registry_path() -> Path:
 
 
 def load_registry(path: str | Path | None = None) -> dict[str, FamilyDeclaration]:
-    """Read and validate a registry file (default: ``registry_path()``) into declarations by name."""
+    """Read and validate a registry file (default: ``registry_path()``) into family declarations by name."""
     path = Path(path) if path is not None else registry_path()
     if path == registry_path():
-        return dict(_load_default_registry())
-    return _load_registry_file(path)
+        return dict(_load_default_registry()[1])
+    return _load_registry_file(path)[1]
+
+
+def builtin_tasks() -> dict[str, TaskDeclaration]:
+    """The tasks registry.yaml declares, by name (what the core's ``zoo_tasks`` answer returns)."""
+    return dict(_load_default_registry()[0])
 
 
 @functools.lru_cache(maxsize=1)
-def _load_default_registry() -> dict[str, FamilyDeclaration]:
+def _load_default_registry() -> tuple[dict[str, TaskDeclaration], dict[str, FamilyDeclaration]]:
     return _load_registry_file(registry_path())
 
 
-def _load_registry_file(path: Path) -> dict[str, FamilyDeclaration]:
+def _load_registry_file(path: Path) -> tuple[dict[str, TaskDeclaration], dict[str, FamilyDeclaration]]:
+    """The task and family declarations of a registry file; a file without ``tasks`` uses the built-in ones."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
@@ -257,17 +370,29 @@ def _load_registry_file(path: Path) -> dict[str, FamilyDeclaration]:
         raise RegistryError(f"{path} is not valid YAML: {error}") from None
     if not isinstance(document, dict) or not isinstance(document.get("families"), dict):
         raise RegistryError(f"{path} must be a mapping with a 'families' mapping (docs/registry.md)")
+    declared_tasks = document.get("tasks")
+    if declared_tasks is None and path != registry_path():
+        tasks = builtin_tasks()
+    elif isinstance(declared_tasks, dict) and declared_tasks:
+        tasks = {}
+        for name, fields in declared_tasks.items():
+            if not isinstance(fields, dict):
+                raise RegistryError(f"{path}: task {name!r} must be a mapping of fields")
+            tasks[name] = validate_task_declaration({"name": name, **fields}, f"{path.name}: task {name!r}")
+    else:
+        raise RegistryError(f"{path}: 'tasks' must be a mapping of task name to fields (docs/registry.md); the "
+                            "registry zoo ships declares every built-in task there")
     families: dict[str, FamilyDeclaration] = {}
     for name, fields in document["families"].items():
         if not isinstance(fields, dict):
             raise RegistryError(f"{path}: family {name!r} must be a mapping of fields")
-        families[name] = validate_declaration({"name": name, **fields}, f"{path.name}: family {name!r}")
-    return families
+        families[name] = validate_declaration({"name": name, **fields}, f"{path.name}: family {name!r}", tasks)
+    return tasks, families
 
 
 def builtin_families(*names: str) -> list[FamilyDeclaration]:
     """The registry.yaml declarations of ``names``: what a built-in plugin's ``zoo_families`` returns."""
-    registry = _load_default_registry()
+    registry = _load_default_registry()[1]
     missing = [name for name in names if name not in registry]
     if missing:
         raise RegistryError(f"{registry_path()} declares no family {', '.join(map(repr, missing))}")

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from zoo_core.errors import CorruptWeightsError
+from zoo_core.registry import builtin_tasks
 from zoo_core.weights import DIGEST_KEY, ModelMeta, load_torch_file, read_safetensors, verify_digest
 
 if TYPE_CHECKING:
@@ -42,7 +43,6 @@ LIBREYOLO_SCHEMA_VERSION = "1.0"
 LIBREYOLO_WRITER_VERSION = "1.6.0"  # the LibreYOLO release whose loader these files are tested against
 LIBREYOLO_METADATA_KEYS = ("schema_version", "libreyolo_version", "model_family", "size", "task", "nc", "names", "imgsz")
 # Tasks LibreYOLO names differently (zoo's name -> LibreYOLO's).
-LIBREYOLO_TASK_NAMES = {"points": "point"}
 _CONTAINERS = ("state_dict", "params_ema", "params", "model", "ema")
 Format = Literal["zoo", "libreyolo", "state_dict"]
 
@@ -61,6 +61,7 @@ class RecognisedWeights:
     num_classes: int | None = None
     names: dict[int, str] = field(default_factory=dict)
     input_size: "ImageSize | None" = None
+    input_pipeline: dict[str, Any] = field(default_factory=dict)  # LibreYOLO files: the letterbox placement they record
     container: str | None = None  # where a bare state dict was found ("params_ema"...)
 
     def describe(self) -> str:
@@ -117,12 +118,33 @@ def _libreyolo(path: Path, content: Mapping[str, Any]) -> RecognisedWeights:
         path=path, format="libreyolo", state_dict=_checked_state_dict(path, content["model"], "its 'model'"),
         family=str(content["model_family"]), size=str(size), task=_zoo_task_name(str(content["task"])), num_classes=int(nc),
         names=name_map, input_size=_libreyolo_input_size(content, int(imgsz)),
+        input_pipeline=_libreyolo_pipeline(content),
     )
 
 
+# LibreYOLO's YOLOv9 checkpoints say where the letterbox puts the image (``letterbox_pad``): top-left
+# for its own training runs, centred for the official release it converts.
+LIBREYOLO_LETTERBOX_PADS = {"topleft": "top_left", "center": "centre", "centre": "centre"}
+
+
+def _libreyolo_pipeline(content: Mapping[str, Any]) -> dict[str, Any]:
+    """The input-pipeline fields a LibreYOLO checkpoint records (its ``letterbox_pad``), in zoo's words."""
+    pad = content.get("letterbox_pad")
+    if not isinstance(pad, str):
+        return {}
+    return {"placement": LIBREYOLO_LETTERBOX_PADS.get(pad.strip().lower(), "top_left")}
+
+
 def _zoo_task_name(libreyolo_task: str) -> str:
-    """zoo's name of a LibreYOLO task (``point`` -> ``points``)."""
-    return {value: key for key, value in LIBREYOLO_TASK_NAMES.items()}.get(libreyolo_task, libreyolo_task)
+    """zoo's name of a LibreYOLO task (``point`` -> ``points``: the tasks' ``libreyolo_name``)."""
+    renamed = {task.libreyolo_name: name for name, task in builtin_tasks().items() if task.libreyolo_name}
+    return renamed.get(libreyolo_task, libreyolo_task)
+
+
+def _libreyolo_task_name(task: str) -> str:
+    """LibreYOLO's name of a zoo task (``points`` -> ``point``)."""
+    declared = builtin_tasks().get(task)
+    return (declared.libreyolo_name if declared is not None else None) or task
 
 
 def _libreyolo_input_size(content: Mapping[str, Any], imgsz: int) -> "ImageSize":
@@ -170,19 +192,23 @@ def recognise(path: str | Path) -> RecognisedWeights:
 
 
 def libreyolo_checkpoint(state_dict: Mapping[str, "torch.Tensor"], *, family: str, size: str, task: str,
-                         names: Mapping[int, str], input_size: int) -> dict[str, Any]:
+                         names: Mapping[int, str], input_size: int, letterbox_placement: str | None = None) -> dict[str, Any]:
     """The dict LibreYOLO 1.6.0 loads: ``model`` (in LibreYOLO's keys) plus its schema-1.0 metadata.
 
     ``names`` is written as ``{int: str}``: LibreYOLO accepts a list in validation but not when
-    loading.
+    loading. ``letterbox_placement`` (``top_left`` or ``centre``) is written as LibreYOLO's
+    ``letterbox_pad`` for a model that letterboxes.
     """
+    placement = {} if letterbox_placement is None else {
+        "letterbox_pad": {"top_left": "topleft", "centre": "center"}[letterbox_placement]}
     return {
+        **placement,
         "model": {key: tensor.detach().cpu().contiguous() for key, tensor in state_dict.items()},
         "schema_version": LIBREYOLO_SCHEMA_VERSION,
         "libreyolo_version": LIBREYOLO_WRITER_VERSION,
         "model_family": family,
         "size": size,
-        "task": LIBREYOLO_TASK_NAMES.get(task, task),
+        "task": _libreyolo_task_name(task),
         "nc": max(len(names), 1),
         "names": {int(key): str(value) for key, value in names.items()} or {0: "image"},
         "imgsz": int(input_size),

@@ -66,6 +66,9 @@ class ModelMeta:
     zoo_version: str = ""
     options: dict[str, Any] = field(default_factory=dict)  # builder options, so the same graph is rebuilt
     data: str = ""  # the dataset it was trained on: `zoo val best.pt` validates there by default
+    # Fields of the family's input pipeline these weights were trained with another value of (a YOLOv9
+    # converted from the official release letterboxes centred): docs/registry.md, "input_pipeline".
+    input_pipeline: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (also what ``.pt`` checkpoints store under ``meta``)."""
@@ -89,6 +92,7 @@ class ModelMeta:
                 zoo_version=str(data.get("zoo_version") or ""),
                 options=dict(data.get("options") or {}),
                 data=str(data.get("data") or ""),
+                input_pipeline=dict(data.get("input_pipeline") or {}),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise CorruptWeightsError(f"{source}: the zoo metadata is incomplete or malformed ({error!r})") from None

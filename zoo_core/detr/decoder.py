@@ -35,6 +35,7 @@ A new family subclasses ``DETRDecoderBase`` and implements ``run_layers``.
 
 from __future__ import annotations
 
+import abc
 import math
 from collections import OrderedDict
 from typing import Any, Sequence
@@ -241,7 +242,7 @@ class QuerySelector(nn.Module):
         return {"content": selected.detach(), "box_logits": box_logits.detach(), "logits": logits, "boxes": box_logits.sigmoid()}
 
 
-class DETRDecoderBase(nn.Module):
+class DETRDecoderBase(nn.Module, metaclass=abc.ABCMeta):
     """Input projections, query selection, denoising and the output assembly; subclasses run the layers.
 
     Args:
@@ -309,11 +310,11 @@ class DETRDecoderBase(nn.Module):
         position = self.query_position(reference_boxes)
         return position.clamp(-self.position_clamp, self.position_clamp) if self.position_clamp is not None else position
 
+    @abc.abstractmethod
     def run_layers(
         self, queries: torch.Tensor, box_logits: torch.Tensor, memory: torch.Tensor, spatial_shapes: SpatialShapes, attention_mask: torch.Tensor | None
     ) -> dict[str, Any]:
         """Run the decoder layers; see the subclasses for the returned per-layer lists."""
-        raise NotImplementedError
 
     def inference_unused_parameter_count(self) -> int:
         """Parameters the published deployed form drops (training-only heads); 0 unless a subclass says otherwise."""

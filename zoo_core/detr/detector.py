@@ -20,7 +20,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import torch
 from torch import nn
@@ -30,6 +30,7 @@ from zoo_core.detr.decoder import DETRDecoderBase
 from zoo_core.detr.geometry import cxcywh_to_xyxy
 from zoo_core.detr.postprocess import topk_detections
 from zoo_core.detr.targets import DETRTargets
+from zoo_core.ops.boxes import ImagePlacement, boxes_to_original
 
 __all__ = ["DETRDetector"]
 
@@ -78,14 +79,15 @@ class DETRDetector(nn.Module):
 
     @torch.no_grad()
     def fuse(self) -> None:
-        """The inference form (``zoo_core.export.inference_form`` calls it on a copy): the selected
-        queries are listed in token order instead of score order, and equal scores go to the lower
-        token (a stable sort, ONNX ``TopK``'s rule).
+        """The inference form (``zoo_core.export.inference_form`` calls it on a copy): equal query scores go
+        to the lower token (a stable sort, ONNX ``TopK``'s rule), and where the decoder treats its
+        queries as a set they are listed in token order instead of score order.
 
-        The decoder treats its queries as a set, so detections do not change; but an untrained (or
-        barely trained) model scores many tokens equally or within 1e-6 of each other, and a
-        score-ordered list would then depend on each runtime's tie-breaking and rounding (ONNX
-        Runtime and ``torch.topk`` list ties differently), which the exported graphs must not.
+        An untrained (or barely trained) model scores many tokens equally or within 1e-6 of each
+        other, and a score-ordered list would then depend on each runtime's tie-breaking and rounding
+        (ONNX Runtime and ``torch.topk`` list ties differently), which the exported graphs must not.
+        A decoder whose query slots carry learned embeddings of their own (RF-DETR) keeps the score
+        order: its detections depend on which proposal sits in which slot.
         """
         for module in self.modules():
             if hasattr(module, "token_order"):
@@ -131,7 +133,17 @@ class DETRDetector(nn.Module):
         return self.criterion(outputs, targets)
 
     @torch.no_grad()
-    def postprocess(self, outputs: Mapping[str, Any], conf: float = 0.25, iou: float = 0.7, max_det: int = 300) -> list[dict[str, torch.Tensor]]:
-        """Detections per image: ``boxes`` (n×4 xyxy, input pixels), ``scores``, ``labels`` (int64)."""
+    def postprocess(self, outputs: Mapping[str, Any], conf: float = 0.25, iou: float = 0.7, max_det: int = 300, *,
+                    placements: Sequence[ImagePlacement] | None = None) -> list[dict[str, torch.Tensor]]:
+        """Detections per image: ``boxes`` (n×4 xyxy), ``scores``, ``labels`` (int64).
+
+        The boxes are in input pixels, or with ``placements`` (one per image) in original-image
+        pixels, not clipped to the image: the DETR line's reference postprocess scales the
+        predicted boxes and returns them as they are.
+        """
         del iou  # set prediction: no NMS
-        return topk_detections(outputs["scores"], outputs["boxes"], conf, max_det)
+        detections = topk_detections(outputs["scores"], outputs["boxes"], conf, max_det)
+        if placements is not None:
+            for detection, (ratio_pad, shape) in zip(detections, placements):
+                detection["boxes"] = boxes_to_original(detection["boxes"], ratio_pad, shape, clip=False)
+        return detections

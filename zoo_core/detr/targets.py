@@ -53,10 +53,6 @@ class DETRTargets:
             torch.arange(self.batch_size, device=self.labels.device), torch.tensor(self.counts, device=self.labels.device)
         )
 
-    def per_image(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """``(labels, boxes)`` of each image (views)."""
-        return list(zip(self.labels.split(self.counts), self.boxes.split(self.counts)))
-
     @classmethod
     def from_batch(cls, targets: torch.Tensor, batch_size: int, image_size: tuple[int, int]) -> "DETRTargets":
         """Pack zoo's ``M×6`` pixel targets for ``batch_size`` images of ``image_size = (height, width)``.

@@ -1,12 +1,13 @@
 """The distributed training engine: ``fit(spec, arguments, manager=...) -> FitOutcome``.
 
 ``fit`` (``fitting.py``) is the one entry point: it chooses one device, torchrun or spawn (the
-generic process supervisor is ``launcher.py``), and every rank runs ``rank.run_rank``, which
-hands the loop to ``trainer.Trainer``. What is family-specific comes from the family's
+generic process supervisor is ``launcher.py``; what crosses process boundaries is ``spec.py``),
+and every rank runs ``rank.run_rank``, which hands the loop to ``trainer.Trainer``. What is family-specific comes from the family's
 ``TrainingRecipe`` (``recipe.py``: forward pass, parameter groups and optimizer (``optim.py``),
 schedule (``schedule.py``), EMA (``ema.py``), events). The other modules are pieces of the loop:
 ``distributed`` (process group, collectives), ``sync_batchnorm``, ``precision`` (AMP), ``autobatch``, ``seeding``,
-``checkpoint``, ``resume``, ``callbacks``, ``plotting``. docs/architecture.md describes the whole,
+``checkpoint``, ``resume``, ``callbacks``, ``progress``, ``validation``, ``multi_scale``, ``host_exchange``;
+the training figures are drawn by ``zoo_core/reports``. docs/architecture.md describes the whole,
 docs/multi-gpu.md is the user's guide.
 
 Nothing here imports the facade: the engine receives a ``ModelSpec`` and returns a

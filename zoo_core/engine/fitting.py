@@ -7,7 +7,7 @@
 - several devices and no torchrun (E1): the run is prepared here once (data, input size,
   batch), then ``launcher.launch`` starts one worker per device; each worker rebuilds the
   plugin manager and the model from the ``ModelSpec`` and runs ``run_rank``, the same code path
-  a torchrun rank runs; rank 0 leaves its result for this process;
+  a torchrun rank runs; ``launch`` returns rank 0's result;
 - one device: ``run_rank`` in this process.
 
 Every mode returns the same ``FitOutcome``; the caller (the facade) applies it to its own state.
@@ -16,31 +16,19 @@ Every mode returns the same ``FitOutcome``; the caller (the facade) applies it t
 from __future__ import annotations
 
 import os
-import pickle
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 import torch
 
 from zoo_core.devices import parse_device, resolve_device_plan
-from zoo_core.engine.autobatch import check_divisible
 from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.distributed import single_process_context, torchrun_environment
-from zoo_core.engine.launcher import (
-    LaunchPlan,
-    inside_spawned_worker,
-    launch,
-    pickle_arguments,
-    private_workdir,
-    read_arguments,
-    record_bootstrap_error,
-    start_worker_server,
-    write_arguments,
-)
+from zoo_core.engine.launcher import ENGINE_MODULES, LaunchPlan, launch, pickle_arguments, refuse_inside_worker, start_worker_server
 from zoo_core.engine.rank import prepare_run, run_rank
 from zoo_core.engine.resume import config_for_resume, find_elastic_checkpoint, find_resume_checkpoint, spec_for_resume
 from zoo_core.engine.spec import FitOutcome, ModelSpec
-from zoo_core.errors import SpawnGuardError, SpawnNotSupportedError, WorkerFailedError
+from zoo_core.errors import SpawnGuardError, SpawnNotSupportedError
 
 if TYPE_CHECKING:
     from zoo_core.devices import DevicePlan
@@ -49,7 +37,6 @@ if TYPE_CHECKING:
 
 __all__ = ["fit", "GUARD_MESSAGE"]
 
-_OUTCOME = "outcome.pkl"
 GUARD_MESSAGE = (
     "train(device=...) was called from inside a spawned training worker. This usually means your "
     "script calls model.train(device=...) at the top level without a 'if __name__ == \"__main__\":' "
@@ -62,10 +49,7 @@ GUARD_MESSAGE = (
 
 def fit(spec: ModelSpec, arguments: Mapping[str, Any], *, manager: "ZooPluginManager") -> FitOutcome:
     """Train the model ``spec`` describes with ``arguments`` (``TrainConfig``'s keys); see the module docstring."""
-    if inside_spawned_worker():  # E3: the user's script re-ran its top level in a worker
-        error = SpawnGuardError(GUARD_MESSAGE)
-        record_bootstrap_error(error)
-        raise error
+    refuse_inside_worker(SpawnGuardError(GUARD_MESSAGE))  # E3: the user's script re-ran its top level in a worker
     recipe = manager.training_recipe(spec.family, spec.size)
     if torchrun_environment() and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and not arguments.get("resume"):
         # torchrun restarted the workers (--max-restarts): continue this invocation's run where it stopped.
@@ -92,7 +76,7 @@ def fit(spec: ModelSpec, arguments: Mapping[str, Any], *, manager: "ZooPluginMan
 # --------------------------------------------------------------------------- spawn (E1)
 def _fit_spawned(spec: ModelSpec, config: TrainConfig, plan: "DevicePlan", *, manager: "ZooPluginManager",
                  recipe: "TrainingRecipe", resume_from: Path | None) -> FitOutcome:
-    """Check what can be checked, prepare once, launch one worker per device, collect rank 0's outcome."""
+    """Check what can be checked, prepare once, launch one worker per device, return rank 0's outcome."""
     world_size = plan.world_size
     if not manager.supports_spawn(spec.family):
         raise SpawnNotSupportedError(
@@ -102,22 +86,16 @@ def _fit_spawned(spec: ModelSpec, config: TrainConfig, plan: "DevicePlan", *, ma
             f"    torchrun --nproc_per_node={world_size} your_script.py\n\n"
             f"(Python API: LibreYOLO({spec.name!r}).train(data=...) inside that script.)"
         )
-    if config.batch != -1:
-        check_divisible(config.batch, world_size)
-    encoded = pickle_arguments(_user_arguments(config, manager))  # E4: before any side effect
-    start_worker_server(validates=config.val)  # the workers' imports run while the data is prepared
+    arguments = pickle_arguments(_user_arguments(config, manager))  # E4: before any side effect
+    # The workers' imports run while the data is prepared.
+    start_worker_server([*ENGINE_MODULES, *recipe.task.preloaded_modules(validates=config.val)])
     prepared = prepare_run(spec, config, recipe=recipe, context=single_process_context(plan.torch_device(0)),
-                           world_size=world_size, manager=manager)
-    encoded.update(pickle_arguments({"spec": spec, "prepared": prepared, "resume_from": resume_from, "device plan": plan}))
+                           world_size=world_size, manager=manager)  # E5: an indivisible batch stops here
+    arguments.update(pickle_arguments({"spec": spec, "prepared": prepared, "resume_from": resume_from, "device plan": plan}))
     user_port = config.master_port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
     cpu_threads = max(1, (os.cpu_count() or 1) // world_size) if plan.kind == "cpu" else 0
-    with private_workdir() as workdir:
-        write_arguments(workdir, encoded)
-        launch(_spawned_rank, LaunchPlan(world_size, workdir, cpu_threads, user_port,
-                                         "master_port=" if config.master_port else "MASTER_PORT"))
-        if not (workdir / _OUTCOME).is_file():
-            raise WorkerFailedError("the training workers exited without an error but rank 0 left no result; see their output above", rank=0)
-        result, trained_spec = pickle.loads((workdir / _OUTCOME).read_bytes())  # written by our own rank 0
+    result, trained_spec = launch(_spawned_rank, arguments, LaunchPlan(
+        world_size, cpu_threads, user_port, "master_port=" if config.master_port else "MASTER_PORT"))
     state_dict = torch.load(result.best, map_location="cpu", weights_only=True)["model"]
     return FitOutcome(result=result, spec=trained_spec, state_dict=state_dict)
 
@@ -133,13 +111,15 @@ def _user_arguments(config: TrainConfig, manager: "ZooPluginManager") -> dict[st
     return arguments
 
 
-def _spawned_rank(local_rank: int, workdir: Path) -> None:
-    """A spawned worker: rebuild the plugin manager and the arguments, then run the torchrun code path."""
+def _spawned_rank(local_rank: int, arguments: dict[str, Any]) -> tuple[Any, ModelSpec]:
+    """A spawned worker: rebuild the plugin manager from the arguments, then run the torchrun code path.
+
+    Returns the run's result and the trained model's spec (the launcher hands rank 0's to the caller).
+    """
     from zoo_core.plugin_manager import reset_plugin_manager
 
-    settings = read_arguments(workdir, ["plugin settings"])["plugin settings"]
+    settings = arguments["plugin settings"]
     manager = reset_plugin_manager(block=settings["blocked"], autoload=settings["autoload"])
-    arguments = read_arguments(workdir)
     for name, plugin in arguments.items():
         if name.startswith("plugin '"):
             manager.register_family_plugin(plugin, name[len("plugin '"):-1])
@@ -148,5 +128,4 @@ def _spawned_rank(local_rank: int, workdir: Path) -> None:
     plan: "DevicePlan" = arguments["device plan"]
     outcome = run_rank(arguments["spec"], config, device=plan.torch_device(local_rank), manager=manager,
                        prepared=arguments["prepared"], resume_from=arguments["resume_from"])
-    if local_rank == 0:
-        (workdir / _OUTCOME).write_bytes(pickle.dumps((outcome.result, outcome.spec)))
+    return outcome.result, outcome.spec

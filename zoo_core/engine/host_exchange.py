@@ -1,11 +1,11 @@
 """Sums of small CPU tensors over the ranks of one machine, through direct loopback sockets.
 
 CPU SyncBatchNorm (``sync_batchnorm.py``) makes two all-reduces of a few hundred numbers per
-layer and step: 442 a step on yolo9-t. Gloo's all-reduce of such a vector between two CPU ranks
-on one machine takes about 1 ms (its I/O runs on a separate thread that has to be woken on both
-sides), so those collectives, not the arithmetic, made CPU SyncBatchNorm cost 2-3x plain
-BatchNorm. A socket per pair of ranks, written and read by the rank itself and polled briefly
-before it blocks, moves the same bytes in about 20 us.
+layer and step: hundreds a step on a YOLO. Gloo's all-reduce of such a vector between two CPU
+ranks on one machine waits for its I/O thread to be woken on both sides, so those collectives,
+not the arithmetic, made CPU SyncBatchNorm cost a multiple of plain BatchNorm. A socket per pair
+of ranks, written and read by the rank itself and polled briefly before it blocks, moves the same
+bytes about fifty times sooner (docs/performance.md).
 
 ``open_host_exchange`` connects the ranks of a process group when they all run on this machine
 (a collective: every rank calls it at the same point) and returns ``None`` otherwise, when the

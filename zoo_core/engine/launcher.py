@@ -1,10 +1,10 @@
-"""Starting and supervising one worker process per device: ``launch(worker, plan)``.
+"""Starting and supervising one worker process per device: ``launch(worker, arguments, plan)``.
 
 The launcher knows nothing of models or training. It gives each of ``plan.world_size`` processes
-the torchrun variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR
-on loopback, MASTER_PORT) and calls ``worker(local_rank, workdir)`` there; what a worker needs
-travels as files in ``plan.workdir``, a private directory (``private_workdir``) that is removed
-whatever happens. The parent then watches:
+the torchrun variables (RANK, LOCAL_RANK, WORLD_SIZE, MASTER_ADDR on loopback, MASTER_PORT),
+calls ``worker(local_rank, arguments)`` there and returns what rank 0's call returned. The
+arguments (checked by ``pickle_arguments`` before any process exists) and rank 0's result travel
+as files in a private directory that is removed whatever happens. The parent watches:
 
 - the first worker that raises or dies stops the others, and the caller gets one exception
   naming that rank, with its traceback (E14); zoo's own error types arrive as themselves;
@@ -15,13 +15,15 @@ whatever happens. The parent then watches:
   checkpoint they are writing before it stops them.
 
 Workers start from a forkserver where the platform has one (Linux, macOS), else by spawning: a
-fresh interpreter that imports torch and zoo once (``FORKSERVER_PRELOAD``), then forks each worker
-from that state. Its imports can run while the caller prepares the data (``start_worker_server``,
-called before ``prepare_run``, and by ``zoo train`` as soon as it has parsed its arguments), and a second launch from the same process (a notebook, a test
-suite) starts its workers at fork speed. The forkserver never touches CUDA, so the forked workers
-may; it holds the environment of the moment it started, so each worker takes the caller's current
-environment as an argument. A worker is still a fresh process for the caller: arguments are pickled
-as under spawn, and the caller's script is imported as ``__mp_main__``.
+fresh interpreter that imports torch and the modules a worker needs once (the engine's
+``ENGINE_MODULES`` and what the run's task names), then forks each worker from that state. Its
+imports can run while the caller prepares the data (``start_worker_server``, called before
+``prepare_run``, and by ``zoo train`` as soon as it has parsed its arguments), and a second launch
+from the same process (a notebook, a test suite) starts its workers at fork speed. The forkserver
+never touches CUDA, so the forked workers may; it holds the environment of the moment it started,
+so each worker takes the caller's current environment as an argument. A worker is still a fresh
+process for the caller: arguments are pickled as under spawn, and the caller's script is imported
+as ``__mp_main__``. ``WORKER_SERVER`` holds what this process knows of its forkserver.
 
 Arguments cross the process boundary by pickling: ``pickle_arguments`` checks them before any
 process exists (E4), ``read_arguments`` turns an argument that cannot be re-created in a worker
@@ -47,7 +49,7 @@ import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from zoo_core import errors
 from zoo_core.engine.distributed import LOOPBACK, find_free_port, is_address_in_use_error, torchrun_environment
@@ -56,14 +58,14 @@ from zoo_core.errors import MasterPortInUseError, UnpicklableArgumentError, Work
 __all__ = [
     "LaunchPlan",
     "launch",
+    "WorkerServer",
+    "WORKER_SERVER",
+    "ENGINE_MODULES",
     "start_worker_server",
     "prepare_workers",
-    "private_workdir",
     "pickle_arguments",
-    "write_arguments",
-    "read_arguments",
     "inside_spawned_worker",
-    "record_bootstrap_error",
+    "refuse_inside_worker",
     "PORT_ATTEMPTS",
     "PICKLE_HINT",
 ]
@@ -72,21 +74,16 @@ PORT_ATTEMPTS = 3
 GRACE_SECONDS = 3.0  # how long the other workers get to exit on their own after a failure
 INTERRUPT_GRACE_SECONDS = 60.0  # how long workers get after Ctrl-C to finish the checkpoint being written
 WORKDIR_PREFIX = "zoo-spawn-"
-# What the forkserver imports once for all the workers it forks: what a worker needs before its first
-# step (torch and torchvision are most of it). None of these imports touches CUDA or starts GNU
-# OpenMP's thread pool, which only a parallel op starts and which a fork would leave hanging.
-FORKSERVER_PRELOAD = [
-    "torch", "torchvision", "zoo_core.engine.fitting", "zoo_core.engine.rank", "zoo_core.engine.trainer",
-    "zoo_core.tasks.classify", "zoo_core.tasks.detect", "zoo_core.tasks.restore", "zoo_core.tasks.semantic",
-]
-# Added when the run validates: torchmetrics (2.5 s of imports here, transformers and scipy.signal
-# among them) is needed at the first validation, and imported there it costs every worker that time
-# at once, N times the CPU; imported here it costs it once, and nothing for a later launch from the
-# same process (a notebook, a test suite: 17 spawn tests went from 119 s to 60 s).
-VALIDATION_PRELOAD = ["zoo_core.tasks.metrics"]
+# What the forkserver imports once for all the workers it forks, with the modules of the run's task
+# (its ``preloaded_modules``: its own module, and the metrics when the run validates, which imported
+# in each worker at its first validation would cost every rank those seconds at once). torch and
+# torchvision are most of it. None of these imports touches CUDA or starts GNU OpenMP's thread
+# pool, which only a parallel op starts and which a fork would leave hanging.
+ENGINE_MODULES = ("torch", "torchvision", "zoo_core.engine.fitting", "zoo_core.engine.rank", "zoo_core.engine.trainer")
 _SPAWNED_WORKER_MARKER = "ZOO_SPAWNED_WORKER"
 _ERROR_DIRECTORY_VARIABLE = "ZOO_SPAWN_ERROR_DIR"
 _ARGUMENTS = "arguments.pkl"
+_RESULT = "result.pkl"
 _ERRORS = "errors"
 PICKLE_HINT = (
     "Training on several devices sends every argument to the worker processes by pickling: use a "
@@ -98,14 +95,13 @@ PICKLE_HINT = (
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """How many workers, where they share files, and how they meet.
+    """How many workers, and how they meet.
 
     ``cpu_threads``: torch threads per worker (0 keeps torch's default); ``master_port``: a port
     the user chose (a clash is then an error, not a retry), named in messages as ``port_origin``.
     """
 
     world_size: int
-    workdir: Path
     cpu_threads: int = 0
     master_port: int | None = None
     port_origin: str = "master_port="
@@ -144,8 +140,12 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-def pickle_arguments(arguments: dict[str, Any]) -> dict[str, bytes]:
-    """Pickle each argument by name; ``UnpicklableArgumentError`` naming the first that fails (E4)."""
+def pickle_arguments(arguments: Mapping[str, Any]) -> dict[str, bytes]:
+    """Pickle each argument by name for ``launch``; ``UnpicklableArgumentError`` naming the first that fails (E4).
+
+    Call it before anything has happened that a refused argument would leave behind; the encoded
+    arguments of several calls can be merged (``dict.update``) and launched together.
+    """
     encoded: dict[str, bytes] = {}
     for name, value in arguments.items():
         try:
@@ -157,16 +157,16 @@ def pickle_arguments(arguments: dict[str, Any]) -> dict[str, bytes]:
     return encoded
 
 
-def write_arguments(workdir: Path, encoded: dict[str, bytes]) -> None:
+def _write_arguments(workdir: Path, encoded: Mapping[str, bytes]) -> None:
     """Store pickled arguments for the workers (``pickle_arguments`` output)."""
-    (workdir / _ARGUMENTS).write_bytes(pickle.dumps(encoded))
+    (workdir / _ARGUMENTS).write_bytes(pickle.dumps(dict(encoded)))
 
 
-def read_arguments(workdir: Path, names: list[str] | None = None) -> dict[str, Any]:
+def _read_arguments(workdir: Path) -> dict[str, Any]:
     """The arguments in a worker, unpickled in order; ``UnpicklableArgumentError`` naming one that fails (E20)."""
     encoded: dict[str, bytes] = pickle.loads((workdir / _ARGUMENTS).read_bytes())  # our own private file
     decoded: dict[str, Any] = {}
-    for name in names or list(encoded):
+    for name in encoded:
         try:
             decoded[name] = pickle.loads(encoded[name])
         except Exception as error:
@@ -190,12 +190,16 @@ def inside_spawned_worker() -> bool:
     return bool(os.environ.get(_SPAWNED_WORKER_MARKER)) or bool(getattr(multiprocessing.current_process(), "_inheriting", False))
 
 
-def record_bootstrap_error(error: BaseException) -> None:
-    """In a spawned worker, leave ``error`` where the parent reads it, before the worker's rank is known."""
+def refuse_inside_worker(error: BaseException) -> None:
+    """Raise ``error`` in a process the launcher started (``inside_spawned_worker``), after leaving it where
+    the parent reads it: the worker's rank is not known yet. Outside a worker, nothing happens."""
+    if not inside_spawned_worker():
+        return
     directory = os.environ.get(_ERROR_DIRECTORY_VARIABLE)
     if directory:
         with contextlib.suppress(OSError):
             _record_error(Path(directory), None, error)
+    raise error
 
 
 def _record_error(errors_dir: Path, rank: int | None, error: BaseException) -> None:
@@ -215,8 +219,6 @@ def _record_error(errors_dir: Path, rank: int | None, error: BaseException) -> N
 
 
 # --------------------------------------------------------------------------- parent side
-_forkserver_is_ours = False
-_forkserver_failure: str | None = None  # why the forkserver could not start here (then workers are spawned)
 log = logging.getLogger("zoo.train")
 
 
@@ -226,76 +228,116 @@ def _bootstrap_errors_dir() -> Path:
     return Path(tempfile.gettempdir()) / f"{WORKDIR_PREFIX}{os.getpid()}-bootstrap"
 
 
-def _start_method() -> str:
-    """``forkserver`` where the platform has it and zoo started the running one (or none runs yet), else ``spawn``."""
-    import multiprocessing.forkserver
+class WorkerServer:
+    """This process's forkserver, as the launcher uses it: whether zoo started it, or why it could not start.
 
-    if "forkserver" not in multiprocessing.get_all_start_methods() or _forkserver_failure is not None:
-        return "spawn"
-    started_elsewhere = getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) is not None and not _forkserver_is_ours
-    return "spawn" if started_elsewhere else "forkserver"
-
-
-def start_worker_server(validates: bool = True) -> None:
-    """Start the forkserver the workers will fork from, if it is not running (its imports run in the background).
-
-    ``validates``: the workers will validate, so the forkserver imports the metrics as well
-    (``VALIDATION_PRELOAD``). Its environment carries the worker marker and the bootstrap error
-    directory, so a worker that re-imports an unguarded script reports E3 from there.
+    The forkserver is multiprocessing's, one per process; zoo starts it with the modules to import
+    (``start``) and forks workers from it only if zoo started it (another library's forkserver
+    would lack those imports and the worker marker). Where it cannot start, workers are spawned.
     """
-    global _forkserver_is_ours, _forkserver_failure
-    if _start_method() != "forkserver":
-        return
-    import multiprocessing.forkserver
 
-    if multiprocessing.forkserver._forkserver._forkserver_pid is not None:
-        return
-    multiprocessing.forkserver.set_forkserver_preload(FORKSERVER_PRELOAD + (VALIDATION_PRELOAD if validates else []))
-    try:
-        with _worker_environment(_bootstrap_errors_dir()):
-            multiprocessing.forkserver.ensure_running()
-    except OSError as error:  # e.g. its socket path under a long TMPDIR passes the 108-byte limit of AF_UNIX
-        _forkserver_failure = f"{type(error).__name__}: {error}"
-        log.warning("zoo: the worker forkserver could not start (%s); training workers are spawned instead, which "
-                    "starts them more slowly. A short TMPDIR (e.g. /tmp) lets the forkserver start.", _forkserver_failure)
-        return
-    _forkserver_is_ours = True
-    atexit.register(shutil.rmtree, _bootstrap_errors_dir(), ignore_errors=True)
+    def __init__(self) -> None:
+        self.started_here = False
+        self.failure: str | None = None  # why it could not start here (then workers are spawned)
+
+    @staticmethod
+    def _running() -> bool:
+        """Whether multiprocessing's forkserver runs in this process, whoever started it.
+
+        multiprocessing has no public question for this; its forkserver object's pid is the answer,
+        and this is the one place zoo reads it.
+        """
+        import multiprocessing.forkserver
+
+        return getattr(multiprocessing.forkserver._forkserver, "_forkserver_pid", None) is not None
+
+    def start_method(self) -> str:
+        """``forkserver`` where the platform has it and zoo started the running one (or none runs yet), else ``spawn``."""
+        import multiprocessing
+
+        if "forkserver" not in multiprocessing.get_all_start_methods() or self.failure is not None:
+            return "spawn"
+        return "spawn" if self._running() and not self.started_here else "forkserver"
+
+    def start(self, modules: Sequence[str]) -> None:
+        """Start the forkserver, importing ``modules`` in the background, if it is not running yet.
+
+        Its environment carries the worker marker and the bootstrap error directory, so a worker
+        that re-imports an unguarded script reports E3 from there.
+        """
+        if self.start_method() != "forkserver" or self._running():
+            return
+        import multiprocessing.forkserver
+
+        multiprocessing.forkserver.set_forkserver_preload(list(dict.fromkeys(modules)))
+        try:
+            with _worker_environment(_bootstrap_errors_dir()):
+                multiprocessing.forkserver.ensure_running()
+        except OSError as error:  # e.g. its socket path under a long TMPDIR passes the 108-byte limit of AF_UNIX
+            self.failure = f"{type(error).__name__}: {error}"
+            log.warning("zoo: the worker forkserver could not start (%s); training workers are spawned instead, which "
+                        "starts them more slowly. A short TMPDIR (e.g. /tmp) lets the forkserver start.", self.failure)
+            return
+        self.started_here = True
+        atexit.register(shutil.rmtree, _bootstrap_errors_dir(), ignore_errors=True)
+
+
+WORKER_SERVER = WorkerServer()
+
+
+def start_worker_server(modules: Sequence[str]) -> None:
+    """Start, in the background, the forkserver the workers will fork from, importing ``modules`` there
+    (``ENGINE_MODULES`` and the run's task's ``preloaded_modules``)."""
+    WORKER_SERVER.start(modules)
 
 
 def prepare_workers(device: Any, *, validates: bool = True) -> None:
     """Start, in the background, the process that ``train(device=device)`` will fork its workers from.
 
     Optional: ``train()`` starts it itself, but only once it is called, and then waits for its
-    imports (torch, torchvision, the engine, the metrics: several seconds on a small machine).
-    Called first thing in a script that trains on several devices, the imports run while the script
-    imports torch and builds its model. ``validates=False`` (for ``train(val=False)``) leaves out
+    imports (torch, torchvision, the engine, the tasks, the metrics: several seconds on a small
+    machine). Called first thing in a script that trains on several devices, the imports run while
+    the script imports torch and builds its model. The run's task is not known yet, so every
+    declared task's module is imported; ``validates=False`` (for ``train(val=False)``) leaves out
     the metrics, which such a run never imports. Does nothing for one device, under torchrun (the
     ranks exist already) or where the platform has no forkserver; a ``device`` that names no
     devices is a ``DeviceSpecError``.
     """
     from zoo_core.devices import parse_device
+    from zoo_core.plugin_manager import get_plugin_manager
+    from zoo_core.tasks.base import Task
 
     if parse_device(device).multi_device and not torchrun_environment():
-        start_worker_server(validates=validates)
+        tasks = [declaration.implementation.split(":")[0] for declaration in get_plugin_manager().tasks.values()]
+        start_worker_server([*ENGINE_MODULES, *tasks, *(Task.validation_modules if validates else ())])
 
 
-def launch(worker: Callable[[int, Path], None], plan: LaunchPlan) -> None:
-    """Run ``worker(local_rank, plan.workdir)`` in ``plan.world_size`` spawned processes; raise the first failure."""
-    for attempt in range(1, PORT_ATTEMPTS + 1):
-        port = plan.master_port or find_free_port()
-        failure = _run_workers(worker, plan, port)
-        if failure is None:
-            return
-        if failure.port_clash:
-            if plan.master_port is not None:
-                raise MasterPortInUseError(
-                    f"master port {plan.master_port} (from {plan.port_origin}) is already in use on {LOOPBACK}; "
-                    "choose another port, or leave it unset and zoo picks a free one"
-                )
-            if attempt < PORT_ATTEMPTS:
-                continue
-        raise failure.exception()
+def launch(worker: Callable[[int, dict[str, Any]], Any], arguments: Mapping[str, bytes], plan: LaunchPlan) -> Any:
+    """Run ``worker(local_rank, arguments)`` in ``plan.world_size`` processes and return rank 0's return value.
+
+    ``arguments`` come from ``pickle_arguments``; each worker gets them unpickled. The first
+    failure is raised as one exception naming its rank (E14); a rendezvous port clash is retried
+    (E15). Rank 0's return value must pickle.
+    """
+    with private_workdir() as workdir:
+        _write_arguments(workdir, arguments)
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            port = plan.master_port or find_free_port()
+            failure = _run_workers(worker, plan, workdir, port)
+            if failure is None:
+                break
+            if failure.port_clash:
+                if plan.master_port is not None:
+                    raise MasterPortInUseError(
+                        f"master port {plan.master_port} (from {plan.port_origin}) is already in use on {LOOPBACK}; "
+                        "choose another port, or leave it unset and zoo picks a free one"
+                    )
+                if attempt < PORT_ATTEMPTS:
+                    continue
+            raise failure.exception()
+        if not (workdir / _RESULT).is_file():
+            raise WorkerFailedError("the workers exited without an error but rank 0 left no result; see their output above", rank=0)
+        return pickle.loads((workdir / _RESULT).read_bytes())  # written by our own rank 0
 
 
 @contextlib.contextmanager
@@ -387,21 +429,20 @@ def _adopt_output(stdout: Any, stderr: Any) -> None:
             os.close(descriptor)
 
 
-def _run_workers(worker: Callable[[int, Path], None], plan: LaunchPlan, port: int) -> _Failure | None:
+def _run_workers(worker: Callable[[int, dict[str, Any]], Any], plan: LaunchPlan, workdir: Path, port: int) -> _Failure | None:
     """Start the workers and wait; the first failure stops the rest and is returned (None: success)."""
     import torch.multiprocessing as torch_mp
 
-    errors_dir = plan.workdir / _ERRORS
+    errors_dir = workdir / _ERRORS
     errors_dir.mkdir(exist_ok=True)
     for stale in errors_dir.iterdir():
         stale.unlink()
-    start_worker_server()
-    method = _start_method()
+    method = WORKER_SERVER.start_method()
     bootstrap_dir = _bootstrap_errors_dir() if method == "forkserver" else errors_dir
     with _worker_environment(bootstrap_dir):
         environment = dict(os.environ)
         context = torch_mp.start_processes(
-            _worker_entry, args=(worker, str(plan.workdir), plan.world_size, port, plan.cpu_threads, os.getpid(), environment,
+            _worker_entry, args=(worker, str(workdir), plan.world_size, port, plan.cpu_threads, os.getpid(), environment,
                                  _LaunchersOutput() if method == "forkserver" else None),  # spawned workers inherit it
             nprocs=plan.world_size, join=False, start_method=method,
         )
@@ -525,11 +566,12 @@ def _interrupt_once() -> None:
     signal.signal(signal.SIGINT, interrupt)
 
 
-def _worker_entry(local_rank: int, worker: Callable[[int, Path], None], workdir_text: str, world_size: int, port: int,
-                  cpu_threads: int, parent_pid: int, environment: dict[str, str], output: None) -> None:
+def _worker_entry(local_rank: int, worker: Callable[[int, dict[str, Any]], Any], workdir_text: str, world_size: int,
+                  port: int, cpu_threads: int, parent_pid: int, environment: dict[str, str], output: None) -> None:
     """One worker process: take the launching process's environment, become rank ``local_rank`` (torchrun
-    variables) and run ``worker``. ``output`` was the launcher's stdout and stderr (``_LaunchersOutput``):
-    unpickling it already made them this process's."""
+    variables), run ``worker`` on the unpickled arguments and, on rank 0, leave its return value for the
+    launcher. ``output`` was the launcher's stdout and stderr (``_LaunchersOutput``): unpickling it already
+    made them this process's."""
     _die_with_parent(parent_pid)
     _interrupt_once()
     workdir = Path(workdir_text)
@@ -544,7 +586,11 @@ def _worker_entry(local_rank: int, worker: Callable[[int, Path], None], workdir_
             import torch
 
             torch.set_num_threads(cpu_threads)
-        worker(local_rank, workdir)
+        result = worker(local_rank, _read_arguments(workdir))
+        if local_rank == 0:
+            temporary = workdir / f".{_RESULT}.tmp"
+            temporary.write_bytes(pickle.dumps(result))
+            os.replace(temporary, workdir / _RESULT)
     except BaseException as error:
         _record_error(workdir / _ERRORS, local_rank, error)
         traceback.print_exc()

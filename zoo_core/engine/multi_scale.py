@@ -17,7 +17,6 @@ one step at different sizes: DDP synchronises gradients, not shapes.
 from __future__ import annotations
 
 import math
-from typing import Sequence
 
 from zoo_core.registry import ImageSize, image_size_hw
 
@@ -49,10 +48,3 @@ def scaled_size(image_size: ImageSize, side: int, multiple: int) -> tuple[int, i
     factor = side / max(height, width)
     return tuple(max(multiple, round(length * factor / multiple) * multiple) for length in (height, width))  # type: ignore[return-value]
 
-
-def check_sizes(sizes: Sequence[int], multiple: int, what: str) -> tuple[int, ...]:
-    """``sizes`` as a tuple, each a positive multiple of ``multiple``; a ``ValueError`` naming ``what`` otherwise."""
-    bad = [size for size in sizes if size <= 0 or size % multiple]
-    if not sizes or bad:
-        raise ValueError(f"{what} must be positive multiples of {multiple}, got {list(sizes)}")
-    return tuple(sizes)

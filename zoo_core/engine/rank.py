@@ -10,7 +10,6 @@ fits the head to the dataset's classes and hands the loop to the ``Trainer``.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,29 +22,19 @@ from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.distributed import DistributedContext, init_distributed, single_process_context, torchrun_environment
 from zoo_core.engine.recipe import TrainingRecipe
 from zoo_core.engine.resume import read_training_checkpoint
-from zoo_core.engine.seeding import seed_everything
-from zoo_core.engine.spec import FitOutcome, ModelSpec, build_from_spec
-from zoo_core.engine.trainer import Trainer
+from zoo_core.engine.seeding import class_head_seed, seed_everything
+from zoo_core.engine.spec import FitOutcome, ModelSpec, PreparedRun, build_from_spec
+from zoo_core.engine.trainer import RankSetup, Trainer
 from zoo_core.errors import ArgumentError
 from zoo_core.registry import image_size_hw
 from zoo_core.tasks.base import DataSpec
 from zoo_core.tasks.runner import check_image_size
+from zoo_core.weights import read_weights
 
 if TYPE_CHECKING:
     from zoo_core.plugin_manager import ZooPluginManager
-    from zoo_core.registry import ImageSize
 
-__all__ = ["PreparedRun", "prepare_run", "run_rank", "adapt_to_dataset"]
-
-
-@dataclass(frozen=True)
-class PreparedRun:
-    """What every rank of a run agrees on before training: data, input size, batch, accumulation."""
-
-    data: DataSpec
-    image_size: "ImageSize"  # an int (square) or (height, width)
-    batch: int  # global, over all ranks
-    accumulate: int
+__all__ = ["prepare_run", "run_rank", "adapt_to_dataset"]
 
 
 def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe, context: DistributedContext,
@@ -53,8 +42,11 @@ def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe,
     """Resolve the data, input size and global batch once (rank 0 measures autobatch and shares it).
 
     ``world_size`` is the size of the run being prepared: the parent of a spawn prepares for its
-    future workers from a one-process ``context``.
+    future workers from a one-process ``context``. A global batch the user gave is checked against it
+    here, before the data is prepared, and only here (E5); an autobatch is a multiple of it by construction.
     """
+    if config.batch != -1:
+        check_divisible(config.batch, world_size)
     data = context.compute_on_main(lambda: recipe.task.prepare(config.data))
     image_size = check_image_size(config.imgsz or spec.input_size, recipe.input_size_multiple(), spec.task)
     multi_scale = config.multi_scale and config.augment
@@ -70,25 +62,29 @@ def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe,
             probe_size = max(recipe.multi_scale_sizes(max(image_size_hw(image_size)))) if multi_scale else image_size
             per_device = probe_batch_size(model, recipe, probe_size, context.device, max(spec.num_classes, 1))
         per_device = context.broadcast_int(per_device)  # one long tensor from rank 0 (E7)
-        batch = global_batch_from_probe(per_device, world_size, config.nbs)
-    check_divisible(batch, world_size)
+        batch = global_batch_from_probe(per_device, world_size, config.nbs)  # a multiple of world_size
     return PreparedRun(data, image_size, batch, accumulation_steps(batch, config.nbs))
 
 
-def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager", *, report: bool) -> tuple[nn.Module, ModelSpec]:
+def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager", *, seed: int,
+                     report: bool) -> tuple[nn.Module, ModelSpec]:
     """``spec``'s model with a head for ``data``'s classes, and the spec of that model.
 
-    With the same number of classes the model is returned as built. Otherwise a model for the
-    new class count is built and every tensor whose name and shape both models share is carried
-    over; only the class-dependent tensors start fresh (``report``: print which).
+    With the same number of classes the model is returned as built. Otherwise the model is built for
+    the new class count and every tensor whose name and shape both models share is carried over from
+    ``spec``'s weights; only the class-dependent tensors start fresh (``report``: print which). They
+    are drawn from a generator of the run's ``seed`` alone, so no draw made earlier in the process
+    (another model's initialisation, another test) changes them.
     """
-    model = build_from_spec(spec, manager)
-    if spec.task == "restore" or data.num_classes == spec.num_classes:
+    if not data.names or data.num_classes == spec.num_classes:
         names = dict(data.names) if data.names else dict(spec.names)
-        return model, spec.replace(names=names)
-    adapted = manager.build_model(spec.family, spec.size, data.num_classes, spec.options)
+        return build_from_spec(spec, manager), spec.replace(names=names)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(class_head_seed(seed))
+        adapted = manager.build_model(spec.family, spec.size, data.num_classes, spec.options)
+    trained = read_weights(spec.weights)[0] if spec.weights is not None else build_from_spec(spec, manager).state_dict()
     wanted = adapted.state_dict()
-    kept = {key: value for key, value in model.state_dict().items() if key in wanted and wanted[key].shape == value.shape}
+    kept = {key: value for key, value in trained.items() if key in wanted and wanted[key].shape == value.shape}
     adapted.load_state_dict(kept, strict=False)
     fresh = [key for key in wanted if key not in kept]
     if report and fresh:
@@ -107,22 +103,21 @@ def run_rank(spec: ModelSpec, config: TrainConfig, *, device: torch.device, mana
     context = init_distributed(device, config.ddp_timeout) if torchrun_environment() else single_process_context(device)
     try:
         recipe = manager.training_recipe(spec.family, spec.size)
+        recipe.task.input_pipeline = recipe.task.input_pipeline.merged(spec.input_pipeline)  # what the weights record
         if prepared is None:
             prepared = prepare_run(spec, config, recipe=recipe, context=context, world_size=context.world_size, manager=manager)
-        else:
-            check_divisible(prepared.batch, context.world_size)
         seed_everything(config.seed)
         checkpoint = read_training_checkpoint(resume_from) if resume_from is not None else None
-        model, trained_spec = adapt_to_dataset(spec, prepared.data, manager, report=context.is_main and config.verbose)
+        model, trained_spec = adapt_to_dataset(spec, prepared.data, manager, seed=config.seed,
+                                               report=context.is_main and config.verbose)
         if checkpoint is not None:
             model.load_state_dict(checkpoint["train_model"])
         trained_spec = trained_spec.replace(input_size=prepared.image_size, weights=None, source=None)
         sync_bn = config.sync_bn if config.sync_bn is not None else manager.default_sync_bn(spec.family)
-        trainer = Trainer(
-            model=model, meta=dataclasses.replace(trained_spec.meta(__version__), data=str(config.data)), recipe=recipe, prepared_data=prepared.data, config=config,
-            context=context, batch=prepared.batch, accumulate=prepared.accumulate, image_size=prepared.image_size,
-            sync_bn=sync_bn, checkpoint=checkpoint,
-        )
+        trainer = Trainer(RankSetup(
+            model=model, meta=dataclasses.replace(trained_spec.meta(__version__), data=str(config.data)), recipe=recipe,
+            prepared=prepared, config=config, context=context, sync_bn=sync_bn, checkpoint=checkpoint,
+        ))
         result = trainer.fit()
         weights = trainer.shared_best_weights(result)
         return FitOutcome(result=result, spec=trained_spec.replace(weights=result.best), state_dict=weights)

@@ -37,7 +37,7 @@ from zoo_core.engine.ema import ModelEMA
 from zoo_core.engine.multi_scale import ranged_sizes
 from zoo_core.engine.optim import ParameterGroup, auto_optimizer, build_optimizer, split_parameter_groups
 from zoo_core.engine.schedule import LRSchedule
-from zoo_core.tasks import get_task
+from zoo_core.tasks import task_of_family
 from zoo_core.tasks.base import AugmentSettings, unwrap_model
 
 if TYPE_CHECKING:
@@ -45,10 +45,7 @@ if TYPE_CHECKING:
     from zoo_core.registry import FamilyDeclaration
     from zoo_core.tasks.base import Task
 
-__all__ = ["TrainingRecipe", "RunInfo", "TASK_SIZE_MULTIPLES", "only_flips"]
-
-# Input sizes must be multiples of the largest stride of a task's networks (1: any size).
-TASK_SIZE_MULTIPLES = {"detect": 32, "semantic": 32, "classify": 1, "restore": 1}
+__all__ = ["TrainingRecipe", "RunInfo", "only_flips"]
 
 
 @dataclass(frozen=True)
@@ -80,13 +77,14 @@ class TrainingRecipe:
 
     #: Learning-rate multipliers by parameter-name prefix, e.g. ``{"backbone.": 0.1}``.
     lr_multipliers: ClassVar[Mapping[str, float]] = {}
-    #: Input sizes must be multiples of this; None: the task's default (32 for detection and segmentation).
+    #: Input sizes must be multiples of this; None: the task's ``size_multiple`` (32 for detection and segmentation).
     size_multiple: ClassVar[int | None] = None
 
     def __init__(self, declaration: "FamilyDeclaration", size: str) -> None:
         self.declaration = declaration
         self.size = size
-        self.task: "Task" = get_task(declaration.task)
+        #: The family's task, running the family's input pipeline at this size.
+        self.task: "Task" = task_of_family(declaration, size)
 
     # ----------------------------------------------------------------- arguments
     @property
@@ -100,7 +98,7 @@ class TrainingRecipe:
 
     def input_size_multiple(self) -> int:
         """The multiple every input size is rounded up to."""
-        return self.size_multiple or TASK_SIZE_MULTIPLES.get(self.declaration.task, 1)
+        return self.size_multiple or self.task.size_multiple
 
     def augment_settings(self, config: "TrainConfig") -> AugmentSettings:
         """Train-time augmentation from the arguments (the task applies those that fit it)."""

@@ -1,4 +1,5 @@
-"""What the engine trains and what it gives back: ``ModelSpec`` in, ``FitOutcome`` out.
+"""What the engine trains and what it gives back: ``ModelSpec`` in, ``FitOutcome`` out, and the
+``PreparedRun`` every rank of a run agrees on.
 
 A ``ModelSpec`` is the serialisable description of a model that zoo's weights files already
 carry (family, size, task, classes and names, input size, builder options) plus the file that
@@ -21,8 +22,19 @@ if TYPE_CHECKING:
     from zoo_core.engine.train_result import TrainResult
     from zoo_core.plugin_manager import ZooPluginManager
     from zoo_core.registry import ImageSize
+    from zoo_core.tasks.base import DataSpec
 
-__all__ = ["ModelSpec", "FitOutcome", "build_from_spec"]
+__all__ = ["ModelSpec", "FitOutcome", "PreparedRun", "build_from_spec"]
+
+
+@dataclass(frozen=True)
+class PreparedRun:
+    """What every rank of a run agrees on before training: data, input size, batch, accumulation."""
+
+    data: "DataSpec"
+    image_size: "ImageSize"  # an int (square) or (height, width)
+    batch: int  # global, over all ranks
+    accumulate: int
 
 
 @dataclass(frozen=True)
@@ -43,17 +55,18 @@ class ModelSpec:
     options: dict[str, Any] = field(default_factory=dict)
     weights: Path | None = None
     source: Path | None = None
+    input_pipeline: dict[str, Any] = field(default_factory=dict)  # input-pipeline fields of these weights (ModelMeta)
 
     @classmethod
     def from_meta(cls, meta: ModelMeta, *, weights: Path | None = None, source: Path | None = None) -> "ModelSpec":
         """The spec of a model described by weights-file metadata."""
         return cls(meta.family, meta.size, meta.task, meta.num_classes, dict(meta.names), meta.input_size,
-                   dict(meta.options), weights, source)
+                   dict(meta.options), weights, source, dict(meta.input_pipeline))
 
     def meta(self, zoo_version: str = "") -> ModelMeta:
         """The metadata written next to this model's weights."""
         return ModelMeta(self.family, self.size, self.task, self.num_classes, dict(self.names), self.input_size,
-                         zoo_version, dict(self.options))
+                         zoo_version, dict(self.options), input_pipeline=dict(self.input_pipeline))
 
     def replace(self, **changes: Any) -> "ModelSpec":
         """A copy with ``changes`` applied."""

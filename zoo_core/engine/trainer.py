@@ -39,6 +39,7 @@ from zoo_core.engine.progress import EpochProgress, validation_progress
 from zoo_core.engine.recipe import RunInfo, TrainingRecipe
 from zoo_core.engine.resume import elastic_run_identity
 from zoo_core.engine.schedule import LRSchedule
+from zoo_core.engine.spec import PreparedRun
 from zoo_core.engine.seeding import loader_generator, loader_seed, seed_everything, seed_worker
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
 from zoo_core.engine.train_result import EpochReport, TrainResult
@@ -51,7 +52,7 @@ from zoo_core.run_dirs import next_run_dir
 from zoo_core.tasks.base import AugmentSettings, DataSpec
 from zoo_core.weights import ModelMeta
 
-__all__ = ["Trainer", "SMALL_BATCH_WARNING"]
+__all__ = ["RankSetup", "Trainer", "SMALL_BATCH_WARNING"]
 
 log = logging.getLogger("zoo.train")
 
@@ -100,30 +101,44 @@ class Optimisation:
         return self.ema.module if self.ema is not None else self.model
 
 
-class Trainer:
-    """One rank's training run: loaders, optimisation, validation, checkpoints and callbacks.
+@dataclass(frozen=True)
+class RankSetup:
+    """Everything one rank's ``Trainer`` starts from, decided by ``run_rank`` before the loop.
 
-    ``model`` is already adapted to the dataset's classes; ``batch`` is the global batch and
-    ``accumulate`` the micro-batches per optimizer step; ``sync_bn`` is the resolved E8 choice.
+    ``model`` is already adapted to the dataset's classes; ``meta`` describes it for checkpoints;
+    ``prepared`` holds the data, input size, global batch and micro-batches per optimizer step;
+    ``sync_bn`` is the resolved E8 choice; ``checkpoint`` the training checkpoint a resumed run
+    continues (None for a new run).
     """
 
-    def __init__(self, *, model: nn.Module, meta: ModelMeta, recipe: TrainingRecipe, prepared_data: DataSpec,
-                 config: TrainConfig, context: DistributedContext, batch: int, accumulate: int, image_size: ImageSize,
-                 sync_bn: bool, checkpoint: dict[str, Any] | None = None) -> None:
-        self.model = model
-        self.meta = meta
-        self.recipe = recipe
-        self.task = recipe.task
-        self.data = prepared_data
-        self.config = config
-        self.context = context
-        self.batch = batch
-        self.accumulate = accumulate
-        self.image_size = image_size
-        self.sync_bn = sync_bn
-        self.checkpoint = checkpoint
-        self.device = context.device
-        self.channels_last = recipe.uses_channels_last(self.device)
+    model: nn.Module
+    meta: ModelMeta
+    recipe: TrainingRecipe
+    prepared: PreparedRun
+    config: TrainConfig
+    context: DistributedContext
+    sync_bn: bool
+    checkpoint: dict[str, Any] | None = None
+
+
+class Trainer:
+    """One rank's training run: loaders, optimisation, validation, checkpoints and callbacks."""
+
+    def __init__(self, setup: RankSetup) -> None:
+        self.model = setup.model
+        self.meta = setup.meta
+        self.recipe = setup.recipe
+        self.task = setup.recipe.task
+        self.data: DataSpec = setup.prepared.data
+        self.config = setup.config
+        self.context = setup.context
+        self.batch = setup.prepared.batch  # global, over all ranks
+        self.accumulate = setup.prepared.accumulate
+        self.image_size: ImageSize = setup.prepared.image_size
+        self.sync_bn = setup.sync_bn
+        self.checkpoint = setup.checkpoint
+        self.device = setup.context.device
+        self.channels_last = setup.recipe.uses_channels_last(self.device)
         self.history: list[dict[str, Any]] = []
         self.best_fitness: float | None = None
         self.best_epoch: int | None = None

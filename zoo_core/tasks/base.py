@@ -50,12 +50,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
 
 from zoo_core.errors import ArgumentError, ZooError
+from zoo_core.registry import InputPipeline
 
 if TYPE_CHECKING:
     import torch
     from torch.utils.data import Dataset
 
     from zoo_core.data.images import SourceImage
+    from zoo_core.registry import TaskDeclaration
     from zoo_core.reports.validation_report import ValidationReport
     from zoo_core.tasks.predictions import Result
 
@@ -139,7 +141,12 @@ def move_to_device(batch: Mapping[str, Any], device: "torch.device") -> dict[str
 
 
 class Task(abc.ABC):
-    """Everything that is the same for every family of one task.
+    """Everything that is the same for every family of one task, and the task's facts.
+
+    A task is this class plus its declaration (registry.yaml's ``tasks``, or a plugin's
+    ``zoo_tasks`` hook): the declaration says what zoo must know before importing the task's code
+    (``has_classes``, ``rectangular``); the class attributes below state everything else, and no
+    code outside ``zoo_core/tasks`` asks for a task by name.
 
     Randomness (augmentation) must come only from Python's ``random``, NumPy's global RNG or
     torch's global RNG: the engine seeds those per rank and per epoch (E10, docs/architecture.md), and
@@ -147,7 +154,57 @@ class Task(abc.ABC):
     """
 
     name: ClassVar[str]
-    fitness_metric: ClassVar[str]  # the metric that chooses best.pt (higher is better)
+    #: The metric that chooses best.pt (higher is better).
+    fitness_metric: ClassVar[str]
+    #: Input sizes are rounded up to a multiple of this, unless the family's recipe says otherwise (1: any size).
+    size_multiple: ClassVar[int] = 1
+    #: The names of an exported graph's outputs, in order (``zoo_core/export.py``).
+    export_outputs: ClassVar[tuple[str, ...]]
+    #: The prediction thresholds validation takes, as keyword arguments of the constructor (``conf``, ``iou``...).
+    thresholds: ClassVar[tuple[str, ...]] = ()
+    #: ``"module:Class"`` of the result ``predict`` returns for each image (``zoo_core/tasks/predictions.py``).
+    result_type: ClassVar[str]
+    #: Whether ``resize_batch`` is implemented (multi-scale training).
+    supports_multi_scale: ClassVar[bool] = False
+    #: Whether ``predict(tile=True)`` (sliding windows at the image's own resolution) is implemented.
+    supports_tiling: ClassVar[bool] = False
+    #: Modules a training worker needs before its first step, beyond the engine and this task's module:
+    #: imported once by the workers' forkserver (``zoo_core/engine/launcher.py``).
+    worker_modules: ClassVar[tuple[str, ...]] = ()
+    #: Modules the first validation imports; the forkserver imports them too when the run validates.
+    validation_modules: ClassVar[tuple[str, ...]] = ("zoo_core.tasks.metrics",)
+    #: The resize of a family that declares none (``zoo_core/data/input_pipeline.py``): the image stretched
+    #: to the input size, unless the task states its own (detection: a letterbox).
+    default_input_pipeline: ClassVar[InputPipeline] = InputPipeline(resize="stretch")
+
+    def __init__(self, *, declaration: "TaskDeclaration | None" = None, input_pipeline: InputPipeline | None = None) -> None:
+        self._declaration = declaration
+        #: How this task's images become the network's input: the family's declaration, else the task's default.
+        self.input_pipeline: InputPipeline = input_pipeline or self.default_input_pipeline
+
+    @property
+    def declaration(self) -> "TaskDeclaration":
+        """This task's declaration (from the plugin manager that resolved it, else the process-wide one)."""
+        if self._declaration is None:
+            from zoo_core.plugin_manager import get_plugin_manager
+
+            self._declaration = get_plugin_manager().task(self.name)
+        return self._declaration
+
+    @property
+    def has_classes(self) -> bool:
+        """Whether the task's models predict classes (a dataset's class count decides the head)."""
+        return self.declaration.classes
+
+    @property
+    def rectangular(self) -> bool:
+        """Whether the task's inputs may be ``(height, width)`` rectangles, not only squares."""
+        return self.declaration.rectangular
+
+    @classmethod
+    def preloaded_modules(cls, *, validates: bool) -> tuple[str, ...]:
+        """What a training worker of this task imports before its first step (and its first validation)."""
+        return (cls.__module__, *cls.worker_modules, *(cls.validation_modules if validates else ()))
 
     @abc.abstractmethod
     def prepare(self, data: str | Path) -> DataSpec:
@@ -170,9 +227,6 @@ class Task(abc.ABC):
     @abc.abstractmethod
     def preprocess(self, batch: Mapping[str, Any], device: "torch.device") -> dict[str, Any]:
         """Move a collated batch to ``device`` and normalise ``"images"`` to the model's float input."""
-
-    #: Whether ``resize_batch`` is implemented (multi-scale training).
-    supports_multi_scale: ClassVar[bool] = False
 
     def resize_batch(self, batch: Mapping[str, Any], size: tuple[int, int]) -> dict[str, Any]:
         """A preprocessed training batch resized to ``size`` (height, width), its targets with it (multi-scale

@@ -8,8 +8,9 @@ Dataset format (what torchvision's ImageFolder reads), or ``"shapes"`` (object c
 
 Class indices follow the sorted class folder names of ``train/``. Unreadable images are skipped
 with a ``DatasetWarning``. Batches: ``{"images": N×3×H×W, "labels": N (int64), "paths",
-"indices"}``. Training: random resized crop, horizontal flip, colour jitter; validation: resize
-to ``image_size×image_size``. Default loss: cross-entropy. Metrics: top-1 and top-5 accuracy
+"indices"}``. Training: random resized crop, horizontal flip, colour jitter; validation and
+prediction: the family's input pipeline (``zoo_core/data/input_pipeline.py``; by default timm's
+evaluation: the shorter side to ``image_size / 0.875``, then the centre crop). Default loss: cross-entropy. Metrics: top-1 and top-5 accuracy
 (torchmetrics ``MulticlassAccuracy``, micro: the share of images).
 """
 
@@ -20,7 +21,9 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo_core.data.errors import DatasetError, ProblemReport
 from zoo_core.data.images import IMAGE_SUFFIXES, images_in_directory, read_image, usable_images
+from zoo_core.data.input_pipeline import fit_to_input
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
+from zoo_core.registry import InputPipeline
 from zoo_core.tasks.base import AugmentSettings, DataSpec, Task, move_to_device
 
 if TYPE_CHECKING:
@@ -76,11 +79,25 @@ class ClassFolderDataset:
         return {"image": self.transform(read_image(path)), "label": label, "path": str(path), "index": index}
 
 
+class FittedToInput:
+    """A dataset transform: a uint8 image fitted to ``image_size`` by ``pipeline`` (picklable, for loader workers)."""
+
+    def __init__(self, image_size: int, pipeline: InputPipeline) -> None:
+        self.image_size, self.pipeline = image_size, pipeline.merged({"resize_in_float": False})
+
+    def __call__(self, image: Any) -> Any:
+        return fit_to_input(image, self.image_size, self.pipeline)[0]
+
+
 class ClassifyTask(Task):
     """Image classification over class folders; fitness is top-1 accuracy."""
 
     name = "classify"
     fitness_metric = "top1"
+    export_outputs = ("logits",)
+    result_type = "zoo_core.tasks.predictions:ClassificationResult"
+    # timm's evaluation of ImageNet classifiers: the shorter side to size / 0.875, the centre crop, PIL bicubic.
+    default_input_pipeline = InputPipeline(resize="crop", crop_pct=0.875, interpolation="bicubic_antialiased")
 
     def prepare(self, data: str | Path) -> DataSpec:
         shapes_config = parse_shapes(data)
@@ -104,15 +121,15 @@ class ClassifyTask(Task):
     def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> ClassFolderDataset:
         return ClassFolderDataset(Path(spec.split(split)), spec.names, self.transform(image_size, augment if split == "train" else None))
 
-    @staticmethod
-    def transform(image_size: int, augment: AugmentSettings | None) -> Any:
-        """uint8 image -> uint8 image of ``image_size``², with random transforms when ``augment`` is on."""
+    def transform(self, image_size: int, augment: AugmentSettings | None) -> Any:
+        """uint8 image -> uint8 image of ``image_size``²: the family's input pipeline (a timm-style centre crop by
+        default), or random transforms when ``augment`` is on."""
         from torchvision.transforms import v2
 
         from zoo_core.data.augment import color_jitter
 
         if augment is None or not augment.enabled:
-            return v2.Resize((image_size, image_size), antialias=True)
+            return FittedToInput(image_size, self.input_pipeline)
         steps: list[Any] = [v2.RandomResizedCrop(image_size, scale=(max(1.0 - augment.scale, 0.08), 1.0), antialias=True)]
         if augment.fliplr > 0:
             steps.append(v2.RandomHorizontalFlip(augment.fliplr))

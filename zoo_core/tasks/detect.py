@@ -1,15 +1,20 @@
 """Object detection: YOLO-format datasets, mosaic/affine/HSV/flip augmentation, COCO box mAP.
 
 Data: a dataset YAML in the Ultralytics convention (``zoo_core.data.yolo_format``), or
-``"shapes"``. Samples are letterboxed to ``image_size×image_size`` (grey padding); training adds
-mosaic, random affine, horizontal flip and HSV jitter as ``AugmentSettings`` says.
+``"shapes"``. Samples are fitted to ``image_size×image_size`` by the family's input pipeline
+(``zoo_core/data/input_pipeline.py``: a letterbox or a stretch, as its published weights expect);
+training adds mosaic, random affine, horizontal flip and HSV jitter as ``AugmentSettings`` says.
 
 Batch (after ``collate``): ``images`` uint8 N×3×S×S, ``targets`` M×6 float (image index, class,
 x1, y1, x2, y2 in input pixels), ``orig_shapes``, ``ratio_pads``, ``paths``, ``indices``.
 
-Postprocess contract a family fulfils: ``model.postprocess(outputs, conf, iou, max_det)`` on eval
-outputs returns one dict per image with ``boxes`` (n×4 xyxy, input pixels), ``scores`` (n) and
-``labels`` (n, int64). The family also supplies ``model.loss`` (detection has no default loss).
+Postprocess contract a family fulfils: ``model.postprocess(outputs, conf, iou, max_det, placements=...)``
+on eval outputs returns one dict per image with ``boxes`` (n×4 xyxy), ``scores`` (n) and ``labels``
+(n, int64). ``placements`` (one ``zoo_core.ops.boxes.ImagePlacement`` per image: where the original
+image lies on the input) asks for boxes in original-image pixels, mapped back in the family's
+reference order (a dense detector maps, clips and drops empty boxes before NMS, as its published
+postprocess does; a DETR does not clip); without it the boxes stay in input pixels. The family
+also supplies ``model.loss`` (detection has no default loss).
 
 Metrics: COCO mAP50-95, mAP50 and mAP75 and mean recall (torchmetrics ``MeanAveragePrecision``,
 pycocotools backend) in original-image coordinates; ``fitness = 0.1 mAP50 + 0.9 mAP50-95``.
@@ -27,10 +32,8 @@ from torchvision.transforms.v2 import functional as F
 
 from zoo_core.data.augment import (
     apply_v2,
-    boxes_to_original,
     color_jitter,
     keep_visible_boxes,
-    letterbox,
     make_boxes,
     mosaic4,
     random_affine,
@@ -39,8 +42,11 @@ from zoo_core.data.augment import (
 from zoo_core.data.dataset_yaml import YAML_SUFFIXES
 from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import read_image
+from zoo_core.data.input_pipeline import boxes_to_input, boxes_to_original, fit_to_input
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.data.yolo_format import DetectionRecord, index_detection_split, label_path_for, read_detection_yaml
+from zoo_core.ops.boxes import ImagePlacement
+from zoo_core.registry import InputPipeline
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device, unwrap_model
 from zoo_core.tasks.predictions import DetectionResult
 
@@ -57,20 +63,23 @@ def detection_fitness(map50: float, map50_95: float) -> float:
 
 
 class DetectionDataset(Dataset):
-    """Letterboxed images with their boxes; random mosaic/MixUp/affine/flip/HSV when ``augment`` is on.
+    """Images fitted to the input by ``pipeline`` with their boxes; random mosaic/MixUp/affine/flip/HSV when
+    ``augment`` is on (a mosaic's pieces are scaled by their longer side, as YOLO's mosaic does).
 
     ``update_augmentation(settings)`` changes the augmentation for the remaining epochs (the
     no-augmentation phase: YOLO's ``close_mosaic``, the DETR line's stop epoch); it reaches loader
     workers started afterwards (not persistent ones started before).
     """
 
-    def __init__(self, records: list[DetectionRecord], names: Mapping[int, str], image_size: int, augment: AugmentSettings | None) -> None:
+    def __init__(self, records: list[DetectionRecord], names: Mapping[int, str], image_size: int, augment: AugmentSettings | None,
+                 pipeline: InputPipeline | None = None) -> None:
         if image_size < 16:
             raise ValueError(f"image_size must be at least 16 pixels, got {image_size}")
         self.records = records
         self.names = dict(names)
         self.image_size = image_size
         self.augment = augment if augment is not None and augment.enabled else None
+        self.pipeline = pipeline or DetectTask.default_input_pipeline
 
     def __len__(self) -> int:
         return len(self.records)
@@ -116,23 +125,29 @@ class DetectionDataset(Dataset):
         second_boxes, second_classes = keep_visible_boxes(second[1], second[2], size)
         return image, make_boxes(torch.cat([first_boxes, second_boxes]), size), torch.cat([first_classes, second_classes])
 
+    def fitted(self, index: int) -> tuple[torch.Tensor, Any, torch.Tensor, tuple[int, int], Any]:
+        """Image ``index`` fitted to the input by the pipeline, its boxes with it, its classes, original shape and geometry."""
+        image, boxes, classes = self.load(index)
+        original_shape = (int(image.shape[-2]), int(image.shape[-1]))
+        # Augmentation works on uint8 levels: a pipeline that resizes in floats does so for validation only.
+        pipeline = self.pipeline if self.augment is None else self.pipeline.merged({"resize_in_float": False})
+        image, _, ratio_pad = fit_to_input(image, self.image_size, pipeline)
+        boxes = make_boxes(boxes_to_input(boxes.as_subclass(torch.Tensor), ratio_pad), (self.image_size, self.image_size))
+        return image, boxes, classes, original_shape, ratio_pad
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         record = self.records[index]
         size = self.image_size
         settings = self.augment
         if settings is None:
-            image, boxes, classes = self.load(index)
-            original_shape = tuple(image.shape[-2:])
-            image, boxes, _, ratio_pad = letterbox(image, size, boxes=boxes)
+            image, boxes, classes, original_shape, ratio_pad = self.fitted(index)
         elif settings.mosaic > 0 and random.random() < settings.mosaic:
             image, boxes, classes = self._mosaic(index, settings)
             if settings.mixup > 0 and random.random() < settings.mixup:
                 image, boxes, classes = self._mixup((image, boxes, classes), self._mosaic(random.randrange(len(self)), settings))
             original_shape, ratio_pad = (size, size), ((1.0, 1.0), (0.0, 0.0))
         else:
-            image, boxes, classes = self.load(index)
-            original_shape = tuple(image.shape[-2:])
-            image, boxes, _, ratio_pad = letterbox(image, size, boxes=boxes)
+            image, boxes, classes, original_shape, ratio_pad = self.fitted(index)
             affine = random_affine(settings)
             if affine is not None:
                 image, boxes = apply_v2(affine, image, boxes)
@@ -197,8 +212,15 @@ class DetectTask(Task):
 
     name = "detect"
     fitness_metric = "fitness"
+    size_multiple = 32
+    export_outputs = ("boxes", "scores")
+    thresholds = ("conf", "iou", "max_det")
+    result_type = "zoo_core.tasks.predictions:DetectionResult"
+    supports_multi_scale = True
+    default_input_pipeline = InputPipeline(resize="letterbox")  # LibreYOLO's YOLO letterbox: top-left, OpenCV bilinear
 
-    def __init__(self, conf: float = 0.001, iou: float = 0.7, max_det: int = 300) -> None:
+    def __init__(self, conf: float = 0.001, iou: float = 0.7, max_det: int = 300, **declared: Any) -> None:
+        super().__init__(**declared)
         self.conf = conf
         self.iou = iou
         self.max_det = max_det
@@ -230,18 +252,17 @@ class DetectTask(Task):
                 f"YOLO-format labels are .txt files in a labels/ folder beside images/ (for {records[0].image} zoo "
                 f"looked for {example}): check that folder's name and that its files are not empty"
             )
-        return DetectionDataset(records, spec.names, image_size, augment if split == "train" else None)
+        return DetectionDataset(records, spec.names, image_size, augment if split == "train" else None, self.input_pipeline)
 
     def collate(self, samples: list[Any]) -> dict[str, Any]:
         return _collate_detection(samples)
 
     def preprocess(self, batch: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
         batch = move_to_device(batch, device)
-        images = batch["images"]
+        images = batch["images"]  # uint8 levels, or floats in [0, 1] from a pipeline that resizes in floats
         batch["images"] = images.float().div_(255) if images.dtype == torch.uint8 else images.float()
         return batch
 
-    supports_multi_scale = True
 
     def resize_batch(self, batch: Mapping[str, Any], size: tuple[int, int]) -> dict[str, Any]:
         """The float images resized bilinearly to ``size`` (height, width), the pixel boxes of ``targets`` scaled with them."""
@@ -287,14 +308,16 @@ class DetectTask(Task):
         with torch.inference_mode():
             for batch_index, batch in enumerate(loader):
                 batch = self.preprocess(batch, device)
-                detections = postprocess(model(batch["images"]), conf=self.conf, iou=self.iou, max_det=self.max_det)
+                placements = [ImagePlacement(ratio_pad, shape) for ratio_pad, shape in zip(batch["ratio_pads"], batch["orig_shapes"])]
+                outputs = model(batch["images"])
+                detections = postprocess(outputs, conf=self.conf, iou=self.iou, max_det=self.max_det, placements=placements)
                 targets = batch["targets"].float().cpu()
                 predictions, truths = [], []
                 for position, detection in enumerate(detections):
                     shape, ratio_pad = batch["orig_shapes"][position], batch["ratio_pads"][position]
                     predictions.append(
                         {
-                            "boxes": boxes_to_original(detection["boxes"].detach().float().cpu().reshape(-1, 4), ratio_pad, shape),
+                            "boxes": detection["boxes"].detach().float().cpu().reshape(-1, 4),
                             "scores": detection["scores"].detach().float().cpu().reshape(-1),
                             "labels": detection["labels"].detach().long().cpu().reshape(-1),
                         }
@@ -304,8 +327,9 @@ class DetectTask(Task):
                 metric.update(predictions, truths, batch["indices"].cpu())
                 if confusion is not None:
                     confusion.update(predictions, truths)
-                if report is not None and report.draws_batch(batch_index):
-                    self._draw_validation_batch(report, batch_index, batch["images"], targets, detections, names)
+                if report is not None and report.draws_batch(batch_index):  # drawn on the input: boxes in its pixels
+                    drawn = postprocess(outputs, conf=self.conf, iou=self.iou, max_det=self.max_det)
+                    self._draw_validation_batch(report, batch_index, batch["images"], targets, drawn, names)
         values = metric.compute()
         map50_95, map50 = max(float(values["map"]), 0.0), max(float(values["map_50"]), 0.0)
         if report is not None and confusion is not None:
@@ -393,17 +417,17 @@ class DetectTask(Task):
         results = []
         with torch.inference_mode():
             for source in sources:
-                image, _, _, ratio_pad = letterbox(source.image, image_size)
-                outputs = model(image[None].to(device).float().div_(255))
-                (detection,) = postprocess(outputs, conf=conf, iou=iou, max_det=max_det)
+                image, _, ratio_pad = fit_to_input(source.image, image_size, self.input_pipeline)
+                outputs = model(self.preprocess({"images": image[None]}, device)["images"])
                 shape = (int(source.image.shape[-2]), int(source.image.shape[-1]))
+                (detection,) = postprocess(outputs, conf=conf, iou=iou, max_det=max_det, placements=[ImagePlacement(ratio_pad, shape)])
                 results.append(
                     DetectionResult(
                         orig_image=source.image,
                         path=source.path,
                         name=source.name,
                         names=dict(names),
-                        boxes=boxes_to_original(detection["boxes"].detach().float().cpu().reshape(-1, 4), ratio_pad, shape),
+                        boxes=detection["boxes"].detach().float().cpu().reshape(-1, 4),
                         scores=detection["scores"].detach().float().cpu().reshape(-1),
                         labels=detection["labels"].detach().long().cpu().reshape(-1),
                     )

@@ -28,13 +28,13 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 import torch
 from torchmetrics import Metric
 
-from zoo_core.data.augment import letterbox
+from zoo_core.data.input_pipeline import fit_to_input
 from zoo_core.tasks.base import ModelContractError, unwrap_model
 from zoo_core.tasks.detect import DetectTask
 from zoo_core.tasks.predictions import PointsResult
 
 if TYPE_CHECKING:
-    from zoo_core.data.augment import RatioPad
+    from zoo_core.data.input_pipeline import RatioPad
     from zoo_core.data.images import SourceImage
     from zoo_core.reports.validation_report import ValidationReport
 
@@ -171,7 +171,7 @@ class CentroidMatchCounts(Metric):
 
 
 def points_to_original(points: torch.Tensor, ratio_pad: "RatioPad", original_shape: tuple[int, int]) -> torch.Tensor:
-    """Map n×2 points from letterboxed input pixels back to the original image, clipped to it."""
+    """Map n×2 points from input pixels back to the original image (``fit_to_input``'s geometry), clipped to it."""
     (ratio_x, ratio_y), (pad_left, pad_top) = ratio_pad
     height, width = original_shape
     mapped = points.detach().float().cpu().reshape(-1, 2).clone()
@@ -189,9 +189,13 @@ class PointsTask(DetectTask):
 
     name = "points"
     fitness_metric = "f1"
+    size_multiple = 1  # a centroid family states its grid's stride in its recipe (FOMO: 8)
+    export_outputs = ("logits",)
+    thresholds = ("conf", "max_det")
+    result_type = "zoo_core.tasks.predictions:PointsResult"
 
-    def __init__(self, conf: float = 0.5, max_det: int = 300) -> None:
-        super().__init__(conf=conf, iou=0.0, max_det=max_det)
+    def __init__(self, conf: float = 0.5, max_det: int = 300, **declared: Any) -> None:
+        super().__init__(conf=conf, iou=0.0, max_det=max_det, **declared)
 
     def default_loss(self, outputs: Any, batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         raise ModelContractError(
@@ -225,7 +229,7 @@ class PointsTask(DetectTask):
     def validate(
         self, model: torch.nn.Module, loader: Any, device: torch.device, names: Mapping[int, str], report: "ValidationReport | None" = None
     ) -> dict[str, float]:
-        from zoo_core.data.augment import boxes_to_original
+        from zoo_core.data.input_pipeline import boxes_to_original
 
         postprocess = self._postprocess(model)
         metric = CentroidMatchCounts()
@@ -285,8 +289,8 @@ class PointsTask(DetectTask):
         results = []
         with torch.inference_mode():
             for source in sources:
-                image, _, _, ratio_pad = letterbox(source.image, image_size)
-                outputs = model(image[None].to(device).float().div_(255))
+                image, _, ratio_pad = fit_to_input(source.image, image_size, self.input_pipeline)
+                outputs = model(self.preprocess({"images": image[None]}, device)["images"])
                 (detection,) = postprocess(outputs, conf=conf, max_det=max_det)
                 points, scores, labels = self._points(detection)
                 shape = (int(source.image.shape[-2]), int(source.image.shape[-1]))

@@ -165,13 +165,46 @@ class Result:
 
 
 @dataclass
-class DetectionResult(Result):
+class LabelledItemsResult(Result):
+    """A result of ``n`` found items, each with a score and a class: ``scores`` (n) and ``labels`` (n, int64)
+    beside the items' own geometry (the attribute ``geometry`` names: boxes, points)."""
+
+    #: The attribute that holds the items (an ``n×k`` tensor).
+    geometry: ClassVar[str] = ""
+    #: What the items are called in a summary that found none ("no detections").
+    items: ClassVar[str] = "items"
+    scores: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
+    labels: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
+
+    def summary(self) -> str:
+        """``name: 2 circle, 1 square`` (or ``name: no detections``)."""
+        if len(self.labels) == 0:
+            return f"{self.name}: no {self.items}"
+        counts: dict[str, int] = {}
+        for label in self.labels.tolist():
+            class_name = str(self.names.get(int(label), label))
+            counts[class_name] = counts.get(class_name, 0) + 1
+        return f"{self.name}: " + ", ".join(f"{count} {class_name}" for class_name, count in counts.items())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The items, scores and class names as lists."""
+        return {
+            **super().to_dict(),
+            self.geometry: getattr(self, self.geometry).tolist(),
+            "scores": self.scores.tolist(),
+            "labels": self.labels.tolist(),
+            "classes": [self.names.get(int(label), str(label)) for label in self.labels.tolist()],
+        }
+
+
+@dataclass
+class DetectionResult(LabelledItemsResult):
     """Boxes (``n×4`` xyxy, original-image pixels), ``scores`` (n) and ``labels`` (n, int64)."""
 
     task: ClassVar[str] = "detect"
+    geometry: ClassVar[str] = "boxes"
+    items: ClassVar[str] = "detections"
     boxes: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 4))
-    scores: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
-    labels: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
 
     def __post_init__(self) -> None:
         # result.boxes stays the n×4 tensor it always was, with Ultralytics' views on top (.xywh, .conf, .cls...).
@@ -190,35 +223,15 @@ class DetectionResult(Result):
         drawn = draw_boxes(self.orig_image, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist())
         return as_numpy_image(drawn)
 
-    def summary(self) -> str:
-        """``name: 2 circle, 1 square`` (or ``no detections``)."""
-        if len(self.labels) == 0:
-            return f"{self.name}: no detections"
-        counts: dict[str, int] = {}
-        for label in self.labels.tolist():
-            class_name = str(self.names.get(int(label), label))
-            counts[class_name] = counts.get(class_name, 0) + 1
-        return f"{self.name}: " + ", ".join(f"{count} {class_name}" for class_name, count in counts.items())
-
-    def to_dict(self) -> dict[str, Any]:
-        """Boxes, scores and class names as lists."""
-        return {
-            **super().to_dict(),
-            "boxes": self.boxes.tolist(),
-            "scores": self.scores.tolist(),
-            "labels": self.labels.tolist(),
-            "classes": [self.names.get(int(label), str(label)) for label in self.labels.tolist()],
-        }
-
 
 @dataclass
-class PointsResult(Result):
+class PointsResult(LabelledItemsResult):
     """Object centroids: ``points`` (``n×2`` x, y, original-image pixels), ``scores`` (n), ``labels`` (n, int64)."""
 
     task: ClassVar[str] = "points"
+    geometry: ClassVar[str] = "points"
+    items: ClassVar[str] = "points"
     points: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 2))
-    scores: torch.Tensor = field(default_factory=lambda: torch.zeros(0))
-    labels: torch.Tensor = field(default_factory=lambda: torch.zeros(0, dtype=torch.long))
 
     def plot(self, radius: int | None = None) -> np.ndarray:
         """A filled dot per point in its class colour, outlined in white, with ``name score`` beside it.
@@ -238,26 +251,6 @@ class PointsResult(Result):
             draw.ellipse(box, fill=class_colour(int(label)), outline=(255, 255, 255), width=max(1, radius // 3))
             draw.text((x + radius + 2, y - radius), f"{self.names.get(int(label), label)} {score:.2f}", fill=class_colour(int(label)))
         return np.asarray(canvas).copy()
-
-    def summary(self) -> str:
-        """``name: 2 circle, 1 square`` (or ``no points``)."""
-        if len(self.labels) == 0:
-            return f"{self.name}: no points"
-        counts: dict[str, int] = {}
-        for label in self.labels.tolist():
-            class_name = str(self.names.get(int(label), label))
-            counts[class_name] = counts.get(class_name, 0) + 1
-        return f"{self.name}: " + ", ".join(f"{count} {class_name}" for class_name, count in counts.items())
-
-    def to_dict(self) -> dict[str, Any]:
-        """Points, scores and class names as lists."""
-        return {
-            **super().to_dict(),
-            "points": self.points.tolist(),
-            "scores": self.scores.tolist(),
-            "labels": self.labels.tolist(),
-            "classes": [self.names.get(int(label), str(label)) for label in self.labels.tolist()],
-        }
 
 
 @dataclass

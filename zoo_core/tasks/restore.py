@@ -29,6 +29,7 @@ from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import read_image
 from zoo_core.data.restore_format import RestoreRecord, degrade, index_restore_split, read_restore_layout
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
+from zoo_core.registry import InputPipeline
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device
 from zoo_core.tasks.predictions import RestorationResult
 
@@ -129,6 +130,9 @@ class RestoreTask(Task):
 
     name = "restore"
     fitness_metric = "psnr"
+    export_outputs = ("image",)
+    result_type = "zoo_core.tasks.predictions:RestorationResult"
+    default_input_pipeline = InputPipeline(resize="native")  # restoration networks run at the image's own size
 
     def prepare(self, data: str | Path) -> DataSpec:
         shapes_config = parse_shapes(data)
@@ -234,8 +238,9 @@ class RestoreTask(Task):
         with torch.inference_mode():
             for source in sources:
                 height, width = source.image.shape[-2:]
-                padded_height = -(-height // SIZE_MULTIPLE) * SIZE_MULTIPLE
-                padded_width = -(-width // SIZE_MULTIPLE) * SIZE_MULTIPLE
+                multiple = self.input_pipeline.pad_multiple or SIZE_MULTIPLE
+                padded_height = -(-height // multiple) * multiple
+                padded_width = -(-width // multiple) * multiple
                 padded = pad_by_reflection(source.image, padded_height, padded_width)
                 output = model(padded[None].to(device).float().div_(255))
                 restored = output[0, :, :height, :width].float().clamp(0, 1).mul(255).round().to(torch.uint8).cpu()

@@ -1,7 +1,8 @@
 """``validate`` and ``predict`` for any model: what ``LibreYOLO.val``/``predict`` and ``zoo val``/``zoo predict`` run.
 
 Both work on the facade object (``libre``: its ``model``, ``task``, ``names``, ``num_classes``,
-``input_size``) in one process on one device, and leave the caller's model in eval mode.
+``input_size``, ``input_pipeline``) in one process on one device, and leave the caller's model in eval mode. Neither
+writes into that object: ``validate`` returns its metrics with the folder of its report.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -23,7 +25,7 @@ if TYPE_CHECKING:
     from zoo_core.registry import ImageSize
     from zoo_core.tasks.predictions import Result
 
-__all__ = ["validate", "predict", "resolve_device", "check_image_size"]
+__all__ = ["Validation", "validate", "predict", "resolve_device", "check_image_size"]
 
 LOGGER = logging.getLogger(__name__)
 
@@ -54,19 +56,22 @@ def check_image_size(image_size: "ImageSize | list[int]", multiple: int = 1, tas
     ``image_size`` is an int (a square) or ``(height, width)``; a pair of equal sides comes back
     as the square's int. ``multiple`` is what the model's family accepts (its recipe's
     ``input_size_multiple``: the largest stride of a CNN, the patch size of a ViT). When ``task``
-    is given, a rectangle is accepted only for the tasks that resize to any height × width
-    (``RECTANGULAR_TASKS``: semantic segmentation); the others get an ``ArgumentError``.
+    (a task's name) is given, a rectangle is accepted only if that task's declaration says its
+    inputs may be rectangular (semantic segmentation); the others get an ``ArgumentError``.
     """
-    from zoo_core.registry import RECTANGULAR_TASKS, image_size_hw, normalise_image_size
+    from zoo_core.plugin_manager import get_plugin_manager
+    from zoo_core.registry import image_size_hw, normalise_image_size
 
     try:
         size = normalise_image_size(image_size, "imgsz", minimum=16)
     except ValueError as error:
         raise ArgumentError(str(error)) from None
-    if not isinstance(size, int) and task is not None and task not in RECTANGULAR_TASKS:
+    tasks = get_plugin_manager().tasks if task is not None else {}
+    if not isinstance(size, int) and task is not None and not tasks[task].rectangular:
+        rectangular = [name for name, declared in tasks.items() if declared.rectangular]
         raise ArgumentError(
             f"imgsz={image_size!r}: {task!r} models take a square input; give one integer (e.g. imgsz={max(size)}). "
-            f"(height, width) sizes are for {', '.join(sorted(RECTANGULAR_TASKS))} models"
+            f"(height, width) sizes are for {', '.join(rectangular)} models"
         )
     if multiple > 1 and any(side % multiple for side in image_size_hw(size)):
         rounded = normalise_image_size(tuple(-(-side // multiple) * multiple for side in image_size_hw(size)))
@@ -75,13 +80,12 @@ def check_image_size(image_size: "ImageSize | list[int]", multiple: int = 1, tas
     return size
 
 
-def _task_for(libre: Any, conf: float, iou: float) -> Any:
-    """The task of ``libre``; detection gets the validation thresholds ``conf`` and ``iou``."""
-    if libre.task == "detect":
-        from zoo_core.tasks.detect import DetectTask
+@dataclass(frozen=True)
+class Validation:
+    """What ``validate`` found: the task's metrics, and the folder its report was written to (None without plots)."""
 
-        return DetectTask(conf=conf, iou=iou)
-    return get_task(libre.task)
+    metrics: dict[str, float]
+    report_dir: Path | None
 
 
 def validate(
@@ -92,17 +96,17 @@ def validate(
     device: Any = None,
     split: str = "val",
     workers: int = 2,
-    conf: float = 0.001,
-    iou: float = 0.7,
+    conf: float | None = None,
+    iou: float | None = None,
     size_multiple: int = 1,
     plots: bool = True,
     project: str | os.PathLike[str] = "runs",
     name: str = "val",
-) -> dict[str, float]:
+) -> Validation:
     """The task's metrics of ``libre``'s model on split ``split`` of ``data``.
 
     With ``plots`` the task's report (drawn batches, confusion matrix, curves...) is written to
-    the run folder ``project/<task>/name{,2,...}``, recorded as ``libre.last_val_dir``.
+    the run folder ``project/<task>/name{,2,...}``, returned as ``report_dir``.
 
     Args:
         data: a built-in dataset name (``"shapes"``), a dataset YAML or a folder; default: the dataset
@@ -113,7 +117,8 @@ def validate(
         device: ``"cpu"``, ``0``, ``"cuda:0"``, ``"mps"``, ``"auto"``/``None``.
         split: ``"val"``, ``"test"`` (when the dataset has one) or ``"train"``.
         workers: DataLoader worker processes.
-        conf, iou: detection thresholds handed to the family's ``postprocess``.
+        conf, iou: thresholds handed to the family's ``postprocess``, for the tasks that take them (their
+            ``thresholds``); None: the task's validation defaults (detection: conf 0.001, iou 0.7).
         plots, project, name: write the report, and where.
     """
     from torch.utils.data import DataLoader
@@ -131,9 +136,9 @@ def validate(
     if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
         raise ArgumentError(f"batch must be a positive number of images, got {batch!r}")
     image_size = check_image_size(imgsz if imgsz is not None else libre.input_size, size_multiple, libre.task)
-    task = _task_for(libre, conf, iou)
+    task = get_task(libre.task, input_pipeline=libre.input_pipeline, conf=conf, iou=iou)
     spec = task.prepare(data if isinstance(data, str) else Path(data))
-    if libre.task != "restore" and spec.num_classes != libre.num_classes:
+    if task.has_classes and spec.num_classes != libre.num_classes:
         raise DatasetError(
             f"{data}: the dataset has {spec.num_classes} classes ({', '.join(spec.names.values())}) but the model has "
             f"{libre.num_classes}; validate a model trained on this dataset (its best.pt), or build one with "
@@ -157,11 +162,9 @@ def validate(
         from zoo_core.run_dirs import next_run_dir
 
         report = ValidationReport(next_run_dir(libre.task, name, project))
-    metrics = task.validate(model, loader, torch_device, spec.names if libre.task != "restore" else libre.names, report=report)
-    if report is not None:
-        libre.last_val_dir = report.folder
+    metrics = task.validate(model, loader, torch_device, spec.names if task.has_classes else libre.names, report=report)
     LOGGER.info("%s %s: %s", getattr(libre, "name", libre.task), split, ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()))
-    return metrics
+    return Validation(metrics, report.folder if report is not None else None)
 
 
 def predict(
@@ -197,10 +200,11 @@ def predict(
         stream: return a generator that reads, predicts and yields one image at a time (a long
             video or a large folder is never held in memory), instead of the list of results.
     """
-    task = _task_for(libre, conf, iou)
+    task = get_task(libre.task, input_pipeline=libre.input_pipeline)
     image_size = check_image_size(imgsz if imgsz is not None else libre.input_size, size_multiple, libre.task)
-    if tile and libre.task != "semantic":
-        raise ArgumentError(f"predict(tile=True) is sliding-window inference for semantic segmentation; {libre.task!r} models predict whole images")
+    if tile and not task.supports_tiling:
+        raise ArgumentError(f"predict(tile=True) is sliding-window inference at each image's own resolution, which {libre.task!r} "
+                            "models do not do; they predict whole images")
     torch_device = resolve_device(device)
     options = {"conf": conf, "iou": iou, "max_det": max_det, **({"tile": True} if tile else {})}
     results = _predictions(libre, task, source, torch_device, image_size, options, project=project, name=name if save else None)

@@ -2,19 +2,21 @@
 
 Data: a YAML naming image and mask folders (``zoo_core.data.mask_format``), or ``"shapes"``
 (class 0 is ``background``). The input size is an int (a square) or ``(height, width)``
-(PP-LiteSeg trains on 512×1024 Cityscapes crops). Samples are letterboxed to ``H×W``: scaled to
-fit inside, aspect kept, images padded grey, masks padded with ``ignore_index`` so padding counts
-in neither loss nor metric. Training adds random affine, horizontal flip and HSV jitter (masks
+(PP-LiteSeg trains on 512×1024 Cityscapes crops). Samples are fitted to ``H×W`` by the family's
+input pipeline (``zoo_core/data/input_pipeline.py``): letterboxed (aspect kept, images padded grey,
+masks padded with ``ignore_index`` so padding counts in neither loss nor metric) or stretched, as
+its published weights expect. Training adds random affine, horizontal flip and HSV jitter (masks
 move with the pixels, nearest neighbour; uncovered mask pixels become ``ignore_index``).
 
 Batch (after ``preprocess``): ``images`` ImageNet-normalised, ``masks`` N×H×W int64,
 ``ignore_index`` (int), plus ``orig_shapes``, ``ratio_pads``, ``paths``, ``indices``.
 Model contract: in eval mode ``model(images)`` returns logits N×C×H×W.
-Prediction letterboxes each image to the input size, or with ``tile=True`` keeps its resolution
-and predicts it window by window (``zoo_core.ops.sliding_window``).
+Prediction fits each image to the input size the same way and maps the logits back to the image
+(a letterbox's padding cut off), or with ``tile=True`` keeps its resolution and predicts it window
+by window (``zoo_core.ops.sliding_window``).
 Metrics: mIoU (torchmetrics ``MulticlassJaccardIndex``, macro over the classes present in the
 predictions or the masks, from the confusion matrix of all validation pixels) and pixel accuracy,
-measured at the input resolution on the letterboxed masks (padding ignored).
+measured at the input resolution on the fitted masks (padding ignored).
 """
 
 from __future__ import annotations
@@ -30,13 +32,14 @@ from torchvision import tv_tensors
 
 from torchvision.transforms.v2 import functional as TF
 
-from zoo_core.data.augment import PAD_VALUE, RatioPad, apply_v2, color_jitter, map_to_original, random_affine
+from zoo_core.data.augment import PAD_VALUE, apply_v2, color_jitter, random_affine
 from zoo_core.data.dataset_yaml import YAML_SUFFIXES
 from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import read_image
+from zoo_core.data.input_pipeline import fit_to_input, logits_to_original
 from zoo_core.data.mask_format import SemanticRecord, index_semantic_split, read_semantic_yaml
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
-from zoo_core.registry import ImageSize, image_size_hw, normalise_image_size
+from zoo_core.registry import ImageSize, InputPipeline, image_size_hw, normalise_image_size
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device
 from zoo_core.tasks.classify import imagenet_normalise
 from zoo_core.tasks.predictions import SegmentationResult
@@ -45,7 +48,7 @@ if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage
     from zoo_core.reports.validation_report import ValidationReport
 
-__all__ = ["SemanticTask", "SemanticDataset", "read_mask", "letterbox_to"]
+__all__ = ["SemanticTask", "SemanticDataset", "read_mask"]
 
 # Sliding-window prediction (tile=True): windows overlap by a third of their side, as the
 # segmentation toolkits' "slide" test mode (512 px crops 341 px apart).
@@ -66,32 +69,6 @@ def read_mask(path: Path) -> torch.Tensor:
     return torch.from_numpy(values)
 
 
-def letterbox_to(
-    image: torch.Tensor, size: ImageSize, mask: torch.Tensor | None = None, mask_fill: int = 255
-) -> tuple[torch.Tensor, torch.Tensor | None, RatioPad]:
-    """``image`` (3×h×w uint8) scaled to fit ``size`` (an int or (height, width)), aspect kept, and padded to it.
-
-    The padding is centred, grey for the image and ``mask_fill`` for ``mask`` (resized nearest).
-    Returns the image, the mask and the ``RatioPad`` that ``map_to_original`` undoes. For a square
-    size this is ``zoo_core.data.augment.letterbox``.
-    """
-    target_h, target_w = image_size_hw(size)
-    height, width = int(image.shape[-2]), int(image.shape[-1])
-    gain = min(target_h / height, target_w / width)
-    new_h, new_w = min(max(round(height * gain), 1), target_h), min(max(round(width * gain), 1), target_w)
-    if (new_h, new_w) != (height, width):
-        image = TF.resize(tv_tensors.Image(image), [new_h, new_w], antialias=True).as_subclass(torch.Tensor)
-        if mask is not None:
-            mask = TF.resize(tv_tensors.Mask(mask), [new_h, new_w]).as_subclass(torch.Tensor)
-    pad_left, pad_top = (target_w - new_w) // 2, (target_h - new_h) // 2
-    padding = [pad_left, pad_top, target_w - new_w - pad_left, target_h - new_h - pad_top]
-    if any(padding):
-        image = TF.pad(image, padding, fill=PAD_VALUE)
-        if mask is not None:
-            mask = TF.pad(tv_tensors.Mask(mask), padding, fill=mask_fill).as_subclass(torch.Tensor)
-    return image, mask, ((new_w / width, new_h / height), (float(pad_left), float(pad_top)))
-
-
 def draw_mask_batch(images: torch.Tensor, masks: torch.Tensor, ignore_index: int) -> torch.Tensor:
     """The first images of a batch in a grid, each with the class-index ``masks`` overlaid (``ignore_index`` left bare)."""
     from zoo_core.reports.drawing import IMAGES_PER_GRID, as_uint8_images, draw_mask, image_grid
@@ -101,13 +78,15 @@ def draw_mask_batch(images: torch.Tensor, masks: torch.Tensor, ignore_index: int
 
 
 class SemanticDataset(Dataset):
-    """Letterboxed (image, mask) pairs; random affine/flip/HSV when ``augment`` is on."""
+    """(image, mask) pairs fitted to the input by ``pipeline``; random affine/flip/HSV when ``augment`` is on."""
 
-    def __init__(self, records: list[SemanticRecord], image_size: ImageSize, ignore_index: int, augment: AugmentSettings | None) -> None:
+    def __init__(self, records: list[SemanticRecord], image_size: ImageSize, ignore_index: int, augment: AugmentSettings | None,
+                 pipeline: InputPipeline | None = None) -> None:
         self.records = records
         self.image_size = normalise_image_size(image_size, "image_size", minimum=16)
         self.ignore_index = ignore_index
         self.augment = augment if augment is not None and augment.enabled else None
+        self.pipeline = (pipeline or SemanticTask.default_input_pipeline).merged({"resize_in_float": False})
 
     def __len__(self) -> int:
         return len(self.records)
@@ -120,7 +99,7 @@ class SemanticDataset(Dataset):
         if mask.dtype == torch.uint8 and not 0 <= self.ignore_index <= 255:
             mask = mask.to(torch.int32)  # so padding can hold an ignore_index beyond 8 bits
         original_shape = (int(image.shape[-2]), int(image.shape[-1]))
-        image, mask, ratio_pad = letterbox_to(image, self.image_size, mask=mask, mask_fill=self.ignore_index)
+        image, mask, ratio_pad = fit_to_input(image, self.image_size, self.pipeline, mask=mask, mask_fill=self.ignore_index)
         settings = self.augment
         if settings is not None:
             affine = random_affine(settings, mask_fill=self.ignore_index)
@@ -162,6 +141,11 @@ class SemanticTask(Task):
 
     name = "semantic"
     fitness_metric = "mIoU"
+    size_multiple = 32
+    export_outputs = ("logits",)
+    result_type = "zoo_core.tasks.predictions:SegmentationResult"
+    supports_tiling = True
+    default_input_pipeline = InputPipeline(resize="letterbox")  # top-left, OpenCV bilinear
 
     def prepare(self, data: str | Path) -> DataSpec:
         shapes_config = parse_shapes(data)
@@ -184,7 +168,7 @@ class SemanticTask(Task):
     def dataset(self, spec: DataSpec, split: str, image_size: ImageSize, augment: AugmentSettings | None) -> SemanticDataset:
         ignore_index = int(spec.extra.get("ignore_index", 255))
         records = index_semantic_split(spec.split(split), spec.names, ignore_index, what=f"{spec.root} ({split})")
-        return SemanticDataset(records, image_size, ignore_index, augment if split == "train" else None)
+        return SemanticDataset(records, image_size, ignore_index, augment if split == "train" else None, self.input_pipeline)
 
     def collate(self, samples: list[Any]) -> dict[str, Any]:
         return {
@@ -303,9 +287,9 @@ class SemanticTask(Task):
                 if tile:
                     logits = self._tiled_logits(model, source.image, image_size, len(names), device)
                 else:
-                    image, _, ratio_pad = letterbox_to(source.image, image_size)
+                    image, _, ratio_pad = fit_to_input(source.image, image_size, self.input_pipeline)
                     logits = self._logits(model, imagenet_normalise(image[None].to(device), device))[0]
-                    logits = map_to_original(logits.float(), ratio_pad, shape)
+                    logits = logits_to_original(logits.float(), ratio_pad, shape, self.input_pipeline)
                 mask = logits.argmax(dim=0).cpu()
                 results.append(SegmentationResult(orig_image=source.image, path=source.path, name=source.name, names=dict(names), mask=mask))
         return results
