@@ -60,7 +60,9 @@ def build(family: str, size: str, num_classes: int = 3, options: dict | None = N
 
 # ---------------------------------------------------------------------------------------- the family
 def test_deimv2_atto_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
-    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=120, lr0=2e-3, images=2, batch=2, repeats=40)
+    # mAP50 0.75 at worst over seeds 0-2 x 1-2 threads (1.0 at the median): the threshold is 80 % of that.
+    learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=120, lr0=2e-3, images=2, batch=2, repeats=40,
+                          minimum_map50=0.6)
 
 
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():

@@ -170,7 +170,8 @@ def test_b0_overfits_a_fixed_sample_and_draws_its_masks(tmp_path, learning):
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "segformer-b0", "semantic", images=4, size=64, batch=4, num_classes=5, epochs=25, nbs=4,
         optimizer="AdamW", lr0=0.001, ema=False, warmup_iters=0, lr_schedule="constant", seed=learning.seed)
-    learning.expect(metrics, {"mIoU": 0.65})
+    # The threshold is 80 % of the worst mIoU over seeds and thread counts (benchmarks/learning_margins.py).
+    learning.expect(metrics, {"mIoU": 0.55})
     checks.assert_segmenter_draws_its_masks(model, images / "000000.png", 64)
 
 
