@@ -9,7 +9,6 @@ honour it.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 import torch

@@ -10,7 +10,6 @@ checkpoint (``save(format="libreyolo")``) that LibreYOLO loads with zoo's output
 from __future__ import annotations
 
 import pytest
-import torch
 
 from zoo_core.registry import load_registry
 

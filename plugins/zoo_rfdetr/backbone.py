@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 __all__ = ["WindowedDINOv2", "ProjectorC2f", "ConvLN", "IMAGENET_MEAN", "IMAGENET_STD"]
