@@ -80,6 +80,11 @@ def zoo_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def _isolated_zoo(zoo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("ZOO_HOME", str(zoo_home))
     monkeypatch.setenv("ZOO_DISABLE_PLUGIN_AUTOLOAD", "1")
+    # No test reaches the internet: a published file that is not cached is a WeightsOfflineError (the
+    # tests of downloads serve files from 127.0.0.1 and lift this themselves: tests/hub_server.py).
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")  # huggingface_hub would fetch its agent list from the Hub
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
     for name in ("ZOO_BLOCK_PLUGINS", "ZOO_DEBUG", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)

@@ -101,3 +101,175 @@ def test_sigkill_inside_the_background_checkpoint_write_never_corrupts_last_or_b
     assert best["generation"] == 1 and torch.equal(best["weights"], torch.full((2_000_000,), 1.0))
     # A killed write leaves only hidden temp files beside the checkpoints, which the trainer removes on start.
     assert {path.name for path in target.parent.iterdir() if not path.name.startswith(".")} == {"last.pt", "best.pt"}
+
+
+# --------------------------------------------------------------------------- random kill points, then resume
+SUPERVISOR = r'''
+import json, os, random, signal, sys, time
+from pathlib import Path
+
+import torch
+
+torch.set_num_threads(1)  # no OpenMP pool in this process: its forked children must not inherit one
+import tempfile
+
+import zoo_core.weights as weights
+from zoo_core.engine.checkpoint import CheckpointWriter, snapshot
+from zoo_core.engine.resume import read_training_checkpoint
+
+last, marker_dir, repetitions, seed = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+best = last.with_name("best.pt")
+original = torch.load(last, map_location="cpu", weights_only=True)
+
+
+def generation(number):
+    """The original checkpoint, its weights shifted by a generation-specific amount (told apart on load)."""
+    shifted = {}
+    for key in ("model", "train_model"):
+        shifted[key] = {name: tensor + number if tensor.is_floating_point() else tensor
+                        for name, tensor in original[key].items()}
+    return {**original, **shifted, "generation": number}
+
+
+def halt(event, marker):
+    marker.write_text(event)
+    while True:
+        time.sleep(60)
+
+
+def write_halting_at(target, number, marker):
+    """In a forked child: write generation ``number`` with the trainer's writer, halting before event ``target``."""
+    counter = {"events": 0, "names": []}
+
+    def event(name):
+        index = counter["events"]
+        counter["events"] += 1
+        counter["names"].append(name)
+        if index == target:
+            halt(name, marker)
+
+    real_mkstemp, real_fdopen, real_fsync, real_replace, real_link, real_unlink = (
+        tempfile.mkstemp, os.fdopen, os.fsync, os.replace, os.link, os.unlink)
+
+    class Stream:
+        def __init__(self, stream):
+            self.stream = stream
+        def write(self, data):
+            index = counter["events"]
+            if index == target:  # a write cut in half: part of the bytes on disk, then the kill
+                self.stream.write(bytes(data)[: len(data) // 2])
+                self.stream.flush()
+            event("write")
+            return self.stream.write(data)
+        def __enter__(self):
+            return self
+        def __exit__(self, *exc):
+            return self.stream.__exit__(*exc)
+        def __getattr__(self, name):
+            return getattr(self.stream, name)
+
+    def wrap(name, real):
+        def call(*args, **kwargs):
+            event(name)
+            return real(*args, **kwargs)
+        return call
+
+    tempfile.mkstemp = wrap("mkstemp", real_mkstemp)
+    os.fdopen = lambda *args, **kwargs: Stream(wrap("open", real_fdopen)(*args, **kwargs))
+    os.fsync, os.replace, os.link, os.unlink = (wrap("fsync", real_fsync), wrap("replace", real_replace),
+                                                wrap("link", real_link), wrap("unlink", real_unlink))
+    writer = CheckpointWriter()
+    writer.submit(snapshot(generation(number)), last, [best])
+    writer.wait()
+    return counter["names"]
+
+
+def run_child(target, number, marker):
+    pid = os.fork()
+    if pid == 0:
+        try:
+            names = write_halting_at(target, number, marker)
+            marker.with_suffix(".events").write_text(json.dumps(names))
+        finally:
+            os._exit(0)
+    return pid
+
+
+# A dry run counts the write's events: every file operation and every write() call of torch.save.
+dry = marker_dir / "dry"
+child = run_child(-1, 0, dry)
+os.waitpid(child, 0)
+names = json.loads(dry.with_suffix(".events").read_text())
+events = len(names)
+rng = random.Random(seed)
+# A random kind of event (open, write, fsync, replace, link...), then a random occurrence of it: torch.save's
+# hundreds of write() calls would otherwise leave the few renames and links almost never hit.
+kinds = sorted(set(names))
+on_disk = 0  # the generation last.pt holds; the original is generation 0
+results = []
+for repetition in range(1, repetitions + 1):
+    kind = rng.choice(kinds)
+    target = rng.choice([index for index, name in enumerate(names) if name == kind])
+    marker = marker_dir / f"halt{repetition}"
+    child = run_child(target, repetition, marker)
+    deadline = time.monotonic() + 60
+    while not (marker.exists() and marker.read_text()):
+        finished, _ = os.waitpid(child, os.WNOHANG)
+        assert not finished, f"the writer finished without reaching event {target}"
+        assert time.monotonic() < deadline, f"the writer never reached event {target}"
+        time.sleep(0.01)
+    os.kill(child, signal.SIGKILL)  # rank 0's process, in the middle of its checkpoint write
+    os.waitpid(child, 0)
+    checkpoint = read_training_checkpoint(last)  # what resume reads: loads, digest checked
+    number = checkpoint["generation"] if "generation" in checkpoint else 0
+    assert number in (on_disk, repetition), (number, on_disk, repetition)
+    expected = generation(number)
+    for key in ("model", "train_model"):
+        for name, tensor in expected[key].items():
+            assert torch.equal(checkpoint[key][name], tensor), (repetition, key, name)
+    assert torch.load(best, map_location="cpu", weights_only=True)["epoch"] == original["epoch"]
+    visible = sorted(path.name for path in last.parent.iterdir() if not path.name.startswith("."))
+    assert visible == ["best.pt", "last.pt"], visible
+    results.append({"event": target, "at": marker.read_text(), "last.pt holds": "new" if number == repetition else "previous"})
+    on_disk = number
+print(json.dumps({"events": events, "kinds": kinds, "results": results, "final generation": on_disk}))
+'''
+
+REPETITIONS = 12
+
+
+def test_sigkill_at_random_points_of_rank0s_checkpoint_write_always_leaves_a_resumable_last(tmp_path):
+    """12 kills at random points (seeded) of a real training checkpoint's write, then a real resume from what is left."""
+    import json
+
+    from zoo_core import LibreYOLO
+
+    from .support import use_test_families, write_class_folders
+
+    use_test_families()
+    data = write_class_folders(tmp_path / "data", per_class=4, val_per_class=2, size=16)
+    settings = dict(device="cpu", batch=8, imgsz=16, workers=0, nbs=8, plots=False, verbose=False, val=False)
+    # time= stops the run after its first epoch (of three), as a crash would, leaving a resumable last.pt.
+    first = LibreYOLO("tinynet-s").train(data=str(data), epochs=3, time=1e-9, **settings)
+    last = first.last
+    before = torch.load(last, map_location="cpu", weights_only=True)
+    assert before["epoch"] == 0 and first.epochs_completed == 1
+    script = tmp_path / "supervisor.py"
+    script.write_text(SUPERVISOR)
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    run = subprocess.run([sys.executable, str(script), str(last), str(markers), str(REPETITIONS), "2024"],
+                         env=script_environment(), capture_output=True, text=True, timeout=100)
+    assert run.returncode == 0, run.stdout + run.stderr
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    print("kill points:", report)
+    assert len(report["results"]) == REPETITIONS
+    assert len({result["event"] for result in report["results"]}) >= REPETITIONS // 2  # spread over the write
+    # some kills came before last.pt's rename (the previous one stays), some after it (the new one is whole)
+    assert {result["last.pt holds"] for result in report["results"]} == {"previous", "new"}
+    # resume continues from whatever last.pt holds now: the epoch after it, with the history before it
+    resumed = LibreYOLO("tinynet-s").train(resume=str(last), **{key: settings[key] for key in ("device", "workers")})
+    after = torch.load(last, map_location="cpu", weights_only=True)
+    assert after["epoch"] == before["epoch"] + 1 and resumed.epochs_completed == 2
+    assert after["history"][0] == before["history"][0] and len(after["history"]) == 2
+    assert not list(last.parent.glob(".*.tmp")), "the resumed run did not sweep the killed writers' temp files"

@@ -44,3 +44,25 @@ def test_the_page_runs_top_to_bottom(tmp_path, zoo_home):
         checkpoint = torch.load(written, weights_only=True)
         assert (checkpoint["model_family"], checkpoint["nc"]) == ("yolo9", len(SHAPES_CLASSES)), written
         assert type(libreyolo.LibreYOLO(str(written), device="cpu")).__name__ == "LibreYOLO9"
+
+
+def pipeline_rows() -> list[str]:
+    """The rows of the page's input-pipeline table, from the registry: a family's pipeline, and what a size changes."""
+    from zoo_core.registry import load_registry
+    from zoo_core.tasks import task_of_family
+
+    rows = []
+    for name, declaration in load_registry().items():
+        pipelines = {size: task_of_family(declaration, size).input_pipeline for size in declaration.sizes}
+        first = next(iter(pipelines.values()))
+        changes = [f"{size}: {', '.join(f'{key} {value}' for key, value in pipeline.model_dump().items() if value != getattr(first, key))}"
+                   for size, pipeline in pipelines.items() if pipeline != first]
+        note = f" ({'; '.join(changes)})" if changes else ""
+        rows.append(f"| {declaration.display} (`{name}`) | {declaration.task} | {first.describe()}{note} |")
+    return rows
+
+
+def test_the_input_pipeline_table_is_the_registrys():
+    text = DOC.read_text()
+    missing = [row for row in pipeline_rows() if row not in text]
+    assert not missing, "docs/weights.md's input-pipeline table differs from registry.yaml; its rows should be:\n" + "\n".join(missing)

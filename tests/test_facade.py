@@ -143,8 +143,8 @@ def test_a_pt_that_is_not_a_state_dict_is_corrupt(tmp_path):
 
 
 def test_a_missing_file_without_a_registry_url_says_how_to_build_fresh(tmp_path):
-    with pytest.raises(WeightsNotFoundError, match=r"LibreYOLO\('resnet-18'\)"):
-        LibreYOLO(tmp_path / "LibreResNet18.pt")
+    with pytest.raises(WeightsNotFoundError, match=r"LibreYOLO\('yolo7-tiny'\)"):
+        LibreYOLO(tmp_path / "LibreYOLO7tiny.pt")  # yolo7-tiny: nobody publishes weights of it
     with pytest.raises(WeightsNotFoundError, match="does not exist"):
         LibreYOLO(tmp_path / "holiday-photos.pt")
 
@@ -161,6 +161,12 @@ def zoo_home(tmp_path, monkeypatch):
     home = tmp_path / "zoo_home"
     monkeypatch.setenv("ZOO_HOME", str(home))
     return home
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """Downloads allowed (conftest switches them off with HF_HUB_OFFLINE): these tests serve from 127.0.0.1."""
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
 
 
 @pytest.fixture
@@ -199,7 +205,7 @@ def published_file(root: Path) -> tuple[Path, str]:
     return path, hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_a_missing_registry_file_is_downloaded_and_verified(http_server, zoo_home, tmp_path):
+def test_a_missing_registry_file_is_downloaded_and_verified(http_server, zoo_home, tmp_path, online):
     root, base = http_server
     served, digest = published_file(root)
     declare_downloadable(f"{base}/{served.name}", digest)
@@ -210,7 +216,7 @@ def test_a_missing_registry_file_is_downloaded_and_verified(http_server, zoo_hom
     assert not list(cached.parent.glob(".*.tmp"))
 
 
-def test_a_wrong_checksum_is_rejected_and_nothing_is_kept(http_server, zoo_home, tmp_path):
+def test_a_wrong_checksum_is_rejected_and_nothing_is_kept(http_server, zoo_home, tmp_path, online):
     root, base = http_server
     served, _ = published_file(root)
     declare_downloadable(f"{base}/{served.name}", "0" * 64)
@@ -220,7 +226,7 @@ def test_a_wrong_checksum_is_rejected_and_nothing_is_kept(http_server, zoo_home,
     assert not list((zoo_home / "weights").glob(".*"))
 
 
-def test_a_server_that_is_down_gives_the_fresh_build_hint(zoo_home, tmp_path):
+def test_a_server_that_is_down_gives_the_fresh_build_hint(zoo_home, tmp_path, online):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]

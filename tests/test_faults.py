@@ -3,14 +3,20 @@ the fix, or is handled as documented; nothing the user owns is lost (one regress
 
 from __future__ import annotations
 
+import codecs
+import contextlib
 import errno
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
+import warnings
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -20,7 +26,11 @@ from PIL import Image
 
 from zoo_core import LibreYOLO
 from zoo_core.cli import main
-from zoo_core.data.errors import DatasetError
+from zoo_core.data.dataset_yaml import parse_names
+from zoo_core.data.errors import DatasetError, DatasetWarning, ProblemReport
+from zoo_core.data.images import usable_images
+from zoo_core.data.yolo_format import index_detection_split, read_detection_yaml, read_labels
+from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.launcher import WORKDIR_PREFIX, private_workdir
 from zoo_core.errors import (
     ArgumentError,
@@ -28,13 +38,19 @@ from zoo_core.errors import (
     CorruptWeightsError,
     ModelNameError,
     ResumeError,
+    RunDirectoryError,
+    RunDirectoryInUseError,
+    TrainConfigError,
     TrainingDivergedError,
+    UnsafeWeightsError,
     WeightsWriteError,
+    WorkerFailedError,
 )
-from zoo_core.testing import isolated_plugin_manager
-from zoo_core.weights import atomic_torch_save, atomic_write
+from zoo_core.paths import process_alive
+from zoo_core.testing import isolated_plugin_manager, plugin_distribution_on_path, write_plugin_distribution
+from zoo_core.weights import atomic_torch_save, atomic_write, load_torch_file
 
-from .support import script_environment, use_test_families, write_class_folders
+from .support import alive, script_environment, use_test_families, write_class_folders
 
 pytestmark = pytest.mark.timeout(300)
 QUIET = dict(workers=0, verbose=False, plots=False)
@@ -264,3 +280,352 @@ def test_spawn_directories_of_dead_parents_are_swept_and_live_ones_kept():
     finally:
         shutil.rmtree(stale, ignore_errors=True)
         shutil.rmtree(live, ignore_errors=True)
+
+
+# =========================================================================== round two (docs/faults.md)
+# --------------------------------------------------------------------------- hostile and odd inputs
+def billion_laughs(key: str, levels: int = 9) -> str:
+    """A dataset YAML whose ``key`` is an alias of aliases: 9**9 "lol"s once expanded (a few hundred bytes on disk)."""
+    lines = ['l0: &l0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"l{level}: &l{level} [{', '.join([f'*l{level - 1}'] * 9)}]" for level in range(1, levels)]
+    lines += [f"{key}: *l{levels - 1}", "val: images", "names: [box]"]
+    if key != "train":
+        lines.append("train: images")
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("key", ["train", "path", "nc"])
+def test_a_billion_laughs_dataset_yaml_is_refused_at_once_with_a_short_message(tmp_path, key):
+    (tmp_path / "images").mkdir()
+    path = tmp_path / "data.yaml"
+    path.write_text(billion_laughs(key))
+    started = time.monotonic()
+    with pytest.raises(DatasetError, match=r"data\.yaml: the YAML expands to more than 100,000 values.*billion laughs") as caught:
+        read_detection_yaml(path)
+    assert time.monotonic() - started < 5 and len(str(caught.value)) < 400
+
+
+def test_messages_quote_a_bounded_excerpt_of_any_value():
+    bomb: list = ["lol"] * 9
+    for _ in range(8):
+        bomb = [bomb] * 9  # shared, as YAML aliases build it: 9**9 strings if written out
+    started = time.monotonic()
+    with pytest.raises(DatasetError, match=r"nc must be the number of classes, got \[\[\[\[") as caught:
+        parse_names(["box"], "data.yaml", bomb)
+    with pytest.raises(TrainConfigError, match=r"'epochs'=\[\[\[\[.*is invalid") as config_error:
+        TrainConfig.build({"data": "shapes", "epochs": bomb})
+    assert time.monotonic() - started < 2
+    assert len(str(caught.value)) < 300 and len(str(config_error.value)) < 300
+
+
+def _write_box_dataset(root: Path, names: list[str]) -> Path:
+    images, labels = root / "images" / "train", root / "labels" / "train"
+    images.mkdir(parents=True)
+    labels.mkdir(parents=True)
+    for index, name in enumerate(names):
+        Image.fromarray(np.full((32, 32, 3), 40 * index, np.uint8)).save(images / name)
+    return images
+
+
+def test_two_images_that_share_a_stem_are_an_error_naming_both_never_one_labelled_as_the_other(tmp_path):
+    images = _write_box_dataset(tmp_path, ["a.jpg", "a.png", "b.png"])
+    label = tmp_path / "labels" / "train" / "a.txt"
+    label.write_text("0 0.5 0.5 0.2 0.2\n")
+    with pytest.raises(DatasetError, match=rf"{re.escape(str(images / 'a.jpg'))} and {re.escape(str(images / 'a.png'))} would "
+                                           rf"share one label file, {re.escape(str(label))}.*Rename one image"):
+        index_detection_split([images], {0: "box"})
+    label.unlink()  # without a.txt both are background images: nothing is mislabelled, so both are kept
+    assert [record.image.name for record in index_detection_split([images], {0: "box"})] == ["a.jpg", "a.png", "b.png"]
+
+
+def test_label_files_and_dataset_yaml_with_a_byte_order_mark_and_crlf_lines_lose_nothing(tmp_path):
+    label = tmp_path / "a.txt"
+    label.write_bytes(codecs.BOM_UTF8 + b"0 0.5 0.5 0.2 0.2\r\n1 0.3 0.3 0.1 0.1\r\n")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DatasetWarning)  # not one line is reported
+        rows = read_labels(label, 2, ProblemReport("bom"))
+    assert rows is not None and rows[:, 0].tolist() == [0.0, 1.0]
+    (tmp_path / "images").mkdir()
+    path = tmp_path / "data.yaml"
+    path.write_bytes(codecs.BOM_UTF8 + b"path: .\r\ntrain: images\r\nval: images\r\nnames: [car, bus]\r\n")
+    declared = read_detection_yaml(path)
+    assert declared.names == {0: "car", 1: "bus"} and declared.splits["train"] == [tmp_path / "images"]
+
+
+@pytest.mark.parametrize(("encoding", "named"), [
+    ("latin-1", r"not UTF-8 text: byte 0xE9 at offset 45 \(line 4\).*Latin-1 or Windows-1252"),
+    ("utf-16", r"encoded as UTF-16 \(little-endian\)"),
+])
+def test_a_dataset_yaml_in_another_encoding_names_the_file_and_the_encoding(tmp_path, capsys, encoding, named):
+    (tmp_path / "images").mkdir()
+    path = tmp_path / "data.yaml"
+    path.write_bytes("path: .\ntrain: images\nval: images\nnames: [café]\n".encode(encoding))
+    with pytest.raises(DatasetError, match=rf"{re.escape(str(path))}: .*{named}.*re-save it as UTF-8"):
+        read_detection_yaml(path)
+    assert main(["val", "yolo9-t", "--data", str(path), "--device", "cpu"]) == 2
+    errors = capsys.readouterr().err.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith(f"zoo: error: {path}: ")
+
+
+@pytest.mark.parametrize("value", ["2020-13-45", "2001-12-14 25:61:61", "!!float abc", "!!timestamp x", "[" * 3000])
+def test_a_key_value_word_yaml_cannot_build_is_one_error_naming_the_key(capsys, value):
+    assert main(["train", "tinynet-s", "--data", "shapes", f"lr0={value}"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("zoo: error: ") and "lr0" in line and "Traceback" not in line and len(line) < 400
+
+
+# --------------------------------------------------------------------------- weights files and plugins
+class _Reduces:
+    """A pickle payload: unpickling it calls ``function(argument)`` (what a malicious .pt does)."""
+
+    def __init__(self, function, argument: str) -> None:
+        self.function, self.argument = function, argument
+
+    def __reduce__(self):
+        return self.function, (self.argument,)
+
+
+@pytest.mark.parametrize("call", ["os.system", "exec"])
+def test_a_pickle_that_would_call_anything_is_unsafe_and_never_runs(tmp_path, call):
+    marker = tmp_path / "ran"
+    function, argument = (os.system, f"touch {marker}") if call == "os.system" else (exec, f"open({str(marker)!r}, 'w')")
+    path = tmp_path / "model.pt"
+    torch.save({"model": _Reduces(function, argument)}, path)
+    imported = r"(posix|nt)\.system" if call == "os.system" else "exec"
+    with pytest.raises(UnsafeWeightsError, match=rf"{re.escape(str(path))} holds pickled Python objects or code \(it imports "
+                                                 rf"{imported}\).*nothing in it was run"):
+        LibreYOLO(path)
+    assert not marker.exists()
+
+
+def test_a_refused_pickle_is_unsafe_by_its_own_opcodes_whatever_torch_says(tmp_path, monkeypatch):
+    path = tmp_path / "model.pt"
+    torch.save({"model": _Reduces(os.system, "true")}, path)
+    import pickle
+
+    def refuses(*args, **kwargs):  # a torch whose refusal message zoo has never seen
+        raise pickle.UnpicklingError("Weights only load failed for a reason worded anew")
+
+    monkeypatch.setattr("torch.load", refuses)
+    with pytest.raises(UnsafeWeightsError, match=r"it imports (posix|nt)\.system"):
+        load_torch_file(path)
+    torch.save({"w": torch.ones(2)}, tmp_path / "plain.pt")
+    with pytest.raises(CorruptWeightsError, match="may be damaged"):  # only torch names: damage, not a payload
+        load_torch_file(tmp_path / "plain.pt")
+
+
+EVIL_PLUGIN = '''
+import os
+open(os.environ["ZOO_TEST_EVIL_MARKER"], "w").close()  # what a plugin's import could do
+'''
+
+
+def test_blocking_a_plugin_ignores_case_and_zoo_plugins_says_what_each_block_stopped(tmp_path, monkeypatch, capsys):
+    root = write_plugin_distribution(tmp_path / "site", distribution="zoo-evil", version="6.6.6",
+                                     entry_points={"evil": "zoo_evil"}, modules={"zoo_evil": EVIL_PLUGIN})
+    marker = tmp_path / "imported"
+    monkeypatch.setenv("ZOO_TEST_EVIL_MARKER", str(marker))
+    monkeypatch.setenv("ZOO_BLOCK_PLUGINS", "EVIL,Nothing")
+    with plugin_distribution_on_path(root):
+        with isolated_plugin_manager(autoload=True) as manager:
+            assert not marker.exists() and "zoo_evil" not in sys.modules
+            assert manager.blocks("Evil") and manager.blocked_plugins()["nothing"] == []
+            assert main(["plugins"]) == 0
+        output = capsys.readouterr().out
+        assert "blocks asked for: ZOO_BLOCK_PLUGINS=EVIL, ZOO_BLOCK_PLUGINS=Nothing" in output
+        assert "blocked: evil: not imported: plugin 'evil' (distribution zoo-evil 6.6.6)" in output
+        assert "blocked: nothing: no installed plugin or family has this name, so it blocked nothing" in output
+        monkeypatch.delenv("ZOO_BLOCK_PLUGINS")
+        with isolated_plugin_manager(autoload=True):
+            assert marker.exists()  # the control: unblocked, the same plugin is imported
+
+
+def test_an_image_above_the_pixel_limit_is_skipped_with_a_named_warning(tmp_path, monkeypatch):
+    big, small = tmp_path / "scan.png", tmp_path / "small.png"
+    Image.new("1", (10_000, 10_000)).save(big)  # 100 megapixels in a 12 kB file
+    Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(small)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        usable = usable_images([big, small], ProblemReport("limit"))
+    assert [path for path, _ in usable] == [small]
+    messages = [str(warning.message) for warning in caught if issubclass(warning.category, DatasetWarning)]
+    assert messages == [f"{big}: 10000×10000 = 100,000,000 pixels is above zoo's limit of 64,000,000 "
+                        "(ZOO_MAX_IMAGE_PIXELS); downscale the image, or raise the limit; skipped"]
+    assert not [warning for warning in caught if issubclass(warning.category, Image.DecompressionBombWarning)]
+    monkeypatch.setenv("ZOO_MAX_IMAGE_PIXELS", "1000")  # below 32×32
+    with pytest.warns(DatasetWarning, match=r"32×32 = 1,024 pixels is above zoo's limit of 1,000"):
+        assert usable_images([small], ProblemReport("lower")) == []
+    monkeypatch.setenv("ZOO_MAX_IMAGE_PIXELS", "0")  # no zoo limit
+    assert [path for path, _ in usable_images([big], ProblemReport("none"))] == [big]
+    monkeypatch.setenv("ZOO_MAX_IMAGE_PIXELS", "lots")
+    with pytest.raises(DatasetError, match=r"ZOO_MAX_IMAGE_PIXELS='lots' is not a number of pixels"):
+        usable_images([small], ProblemReport("bad"))
+
+
+# --------------------------------------------------------------------------- run folders
+def test_a_second_run_into_a_claimed_folder_is_refused_naming_the_folder_and_the_other_process(tmp_path):
+    data = write_class_folders(tmp_path / "data")
+    run_dir = Path("runs/classify/shared")
+    run_dir.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom zoo_core.run_dirs import claim_run_dir\n"
+         "claim = claim_run_dir(sys.argv[1])\nprint('claimed', flush=True)\ntime.sleep(600)\n", str(run_dir.resolve())],
+        env=script_environment(), stdout=subprocess.PIPE, text=True)
+    settings = dict(data=str(data), device="cpu", epochs=1, batch=8, imgsz=32, name="shared", exist_ok=True, **QUIET)
+    try:
+        assert holder.stdout.readline().strip() == "claimed"
+        with pytest.raises(RunDirectoryInUseError, match=rf"the run folder {re.escape(str(run_dir))} is in use by another "
+                                                         rf"training run \(process {holder.pid} on host .*another name="):
+            LibreYOLO("tinynet-s").train(**settings)
+        assert run_dir.is_dir() and not (run_dir / "results.csv").exists()  # nothing of the other run's was touched
+    finally:
+        holder.kill()
+        holder.wait()
+    # the kernel dropped the killed holder's lock with its process: the folder is free again
+    assert LibreYOLO("tinynet-s").train(**settings).run_dir == run_dir
+
+
+@contextlib.contextmanager
+def read_only_folder(path: Path) -> Iterator[None]:
+    """``path`` read-only for the block: its permissions, or (as root, whom permissions do not stop) a read-only tmpfs."""
+    if os.geteuid() != 0:
+        path.chmod(0o555)
+        try:
+            yield
+        finally:
+            path.chmod(0o755)
+        return
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(path)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"as root a read-only folder needs a read-only mount, refused here: {mounted.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["umount", str(path)], capture_output=True)
+
+
+@pytest.mark.parametrize("device", ["cpu", "cpu,cpu"])
+def test_an_unwritable_project_is_an_error_naming_the_folder_from_rank_0(tmp_path, device):
+    data = write_class_folders(tmp_path / "data")
+    project = tmp_path / "read-only"
+    project.mkdir()
+    with read_only_folder(project):
+        with pytest.raises(RunDirectoryError, match=rf"cannot create or write the run folder "
+                                                    rf"{re.escape(str(project / 'classify' / 'train'))} \(.+\); choose a "
+                                                    rf"writable project= \(it is {re.escape(str(project))}\)") as caught:
+            LibreYOLO("tinynet-s").train(data=str(data), device=device, epochs=1, batch=8, imgsz=32, project=str(project),
+                                         **QUIET)
+    if device == "cpu,cpu":  # the worker's error, re-raised as itself, blames rank 0 (whose error it is)
+        cause = caught.value.__cause__
+        assert isinstance(cause, WorkerFailedError) and cause.rank == 0, cause
+        assert str(cause).startswith("training worker rank 0 failed: zoo_core.errors.RunDirectoryError")
+
+
+# --------------------------------------------------------------------------- processes and temp folders
+CRASHES_INSIDE_TRAIN = """
+import os, signal
+from zoo_core import LibreYOLO, register_plugin
+from tests import doubles
+register_plugin(doubles, "engine-test-families")
+holding = LibreYOLO("tinynet-s")._spec_with_weights()  # what train() holds while it trains (kept referenced:
+spec = holding.__enter__()                              # a collected generator would run its clean-up)
+print(os.getpid(), spec.weights.parent, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_parents_weights_folder_is_swept_by_the_next_run(tmp_path):
+    crashed = subprocess.run([sys.executable, "-c", CRASHES_INSIDE_TRAIN], env=script_environment(), capture_output=True,
+                             text=True, timeout=120)
+    pid, folder = crashed.stdout.split()
+    folder = Path(folder)
+    assert crashed.returncode == -signal.SIGKILL and folder.name.startswith(f"zoo-weights-{pid}-") and folder.is_dir()
+    live = Path(tempfile.mkdtemp(prefix=f"zoo-weights-{os.getppid()}-"))  # a running process's: kept
+    try:
+        LibreYOLO("tinynet-s").train(data=str(write_class_folders(tmp_path / "data")), device="cpu", epochs=1, batch=8,
+                                     imgsz=32, **QUIET)
+        assert not folder.exists() and live.is_dir()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+        shutil.rmtree(live, ignore_errors=True)
+
+
+def test_a_zombie_pid_counts_as_dead(tmp_path):
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    deadline = time.monotonic() + 30
+    while "State:\tZ" not in Path(f"/proc/{zombie.pid}/status").read_text():  # exited, not reaped (no wait() yet)
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    try:
+        assert not process_alive(zombie.pid) and process_alive(os.getpid())
+    finally:
+        zombie.wait()
+
+
+LONG_RUN = """
+from zoo_core import LibreYOLO, register_plugin
+from zoo_core.engine.callbacks import Callback
+from tests import doubles
+register_plugin(doubles, "engine-test-families")
+
+class Started(Callback):
+    def on_train_start(self, run_dir, config):
+        open("training-started", "w").close()
+
+if __name__ == "__main__":
+    LibreYOLO("tinynet-s").train(data="data", device="cpu,cpu", epochs=10_000, batch=8, imgsz=32, workers=0, nbs=8,
+                                 verbose=False, plots=False, callbacks=[Started()])
+"""
+NEVER_REAPS = """
+import subprocess, sys, time
+caller = subprocess.Popen([sys.executable, "long_run.py"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(caller.pid, flush=True)
+time.sleep(600)  # never wait()s: a killed caller stays a zombie
+"""
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            if entry.name.isdigit():
+                status = (entry / "status").read_text()
+                parents[int(entry.name)] = int(status.split("PPid:")[1].split()[0])
+    found, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = children
+    return found
+
+
+def test_workers_stop_within_seconds_of_a_parent_killed_and_left_a_zombie(tmp_path):
+    write_class_folders(tmp_path / "data")
+    (tmp_path / "long_run.py").write_text(LONG_RUN)
+    (tmp_path / "never_reaps.py").write_text(NEVER_REAPS)
+    holder = subprocess.Popen([sys.executable, "never_reaps.py"], cwd=tmp_path, env=script_environment(),
+                              stdout=subprocess.PIPE, text=True, start_new_session=True)
+    processes: list[int] = []
+    try:
+        caller = int(holder.stdout.readline())
+        deadline = time.monotonic() + 150
+        while not (tmp_path / "training-started").exists():
+            assert time.monotonic() < deadline and holder.poll() is None, "training never started"
+            time.sleep(0.2)
+        processes = _descendants(caller)  # the forkserver, the resource tracker and the two workers
+        assert len(processes) >= 3, processes
+        os.kill(caller, signal.SIGTERM)
+        killed_at = time.monotonic()
+        while any(alive(pid) for pid in processes) and time.monotonic() - killed_at < 10:
+            time.sleep(0.1)
+        survivors = [pid for pid in processes if alive(pid)]
+        assert "State:\tZ" in Path(f"/proc/{caller}/status").read_text()  # the parent is still an unreaped zombie
+        assert not survivors, f"{survivors} outlived their zombie parent by {time.monotonic() - killed_at:.0f} s"
+        assert time.monotonic() - killed_at < 5, "the workers took more than 5 s to notice"
+    finally:
+        os.killpg(holder.pid, signal.SIGKILL)
+        holder.wait()
+        for pid in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

@@ -40,6 +40,7 @@ def _family_summary(manager: Any, name: str) -> dict[str, Any]:
         "display": declaration.display,
         "task": declaration.task,
         "sizes": list(declaration.sizes),
+        "weights": [size for size, spec in declaration.sizes.items() if spec.weights is not None],  # sizes with published weights
         "spawn": manager.supports_spawn(name),
         "sync_bn": manager.default_sync_bn(name),
         "plugin": record.name,
@@ -69,13 +70,14 @@ def command_list(arguments: argparse.Namespace) -> int:
             summary["family"],
             summary["task"],
             " ".join(summary["sizes"]),
+            f"{len(summary['weights'])}/{len(summary['sizes'])}",  # sizes with published weights (zoo info says which)
             "yes" if summary["spawn"] else "torchrun only",
             "on" if summary["sync_bn"] else "off",
             summary["display"],
         ]
         for summary in summaries
     ]
-    _print_table(rows, ["FAMILY", "TASK", "SIZES", "SPAWN", "SYNC_BN", "NAME"])
+    _print_table(rows, ["FAMILY", "TASK", "SIZES", "WEIGHTS", "SPAWN", "SYNC_BN", "NAME"])
     return 0
 
 
@@ -115,7 +117,8 @@ def families_markdown(manager: Any, families: list[str]) -> str:
 
 
 def command_info(arguments: argparse.Namespace) -> int:
-    """``zoo info FAMILY``: sizes, published parameter counts, input sizes and DDP defaults."""
+    """``zoo info FAMILY``: sizes, published parameter counts, input sizes, published weights with their licence,
+    and DDP defaults."""
     from zoo_core.naming import resolve_model_name
     from zoo_core.plugin_manager import get_plugin_manager
 
@@ -133,7 +136,8 @@ def command_info(arguments: argparse.Namespace) -> int:
             "input_size": spec.input_size,
             "params": spec.params,
             "params_source": spec.params_source,
-            "weights": spec.weights.url if spec.weights else None,
+            "weights": ({"source": spec.weights.describe(), "url": spec.weights.download_url(), "file_name": spec.weights.file_name,
+                         **spec.weights.model_dump(exclude_none=True)} if spec.weights else None),
         }
         for size, spec in declaration.sizes.items()
     }
@@ -158,6 +162,14 @@ def command_info(arguments: argparse.Namespace) -> int:
         for size, spec in sizes.items()
     ]
     _print_table(rows, ["SIZE", "INPUT", "PARAMS", "SOURCE"])
+    print()
+    published = [[size, spec["weights"]["file_name"], spec["weights"]["licence"], spec["weights"]["source"]]
+                 for size, spec in sizes.items() if spec["weights"]]
+    unpublished = [size for size, spec in sizes.items() if not spec["weights"]]
+    if published:  # LibreYOLO(<file>) or LibreYOLO("<family>-<size>", pretrained=True) downloads them (docs/weights.md)
+        _print_table(published, ["SIZE", "WEIGHTS", "LICENCE", "FROM"])
+    if unpublished:
+        print(f"no published weights: {', '.join(unpublished)} (train from scratch, or load a file of your own)")
     return 0
 
 
@@ -176,6 +188,7 @@ def command_plugins(arguments: argparse.Namespace) -> int:
         }
         for record in manager.plugin_records()
     ]
+    blocked = manager.blocked_plugins()  # what each block kept out, as it happened (case-insensitive names)
     if arguments.json:
         print(json.dumps(records, indent=2))
         return 0
@@ -189,27 +202,34 @@ def command_plugins(arguments: argparse.Namespace) -> int:
         for item in records
     ]
     _print_table(rows, ["PLUGIN", "DISTRIBUTION", "VERSION", "FAMILIES"])
-    if manager.blocked_names:
-        print(f"\nblocked: {', '.join(sorted(manager.blocked_names))}")
+    if blocked:
+        print(f"\nblocks asked for: {', '.join(manager.block_requests)} (names compare case-insensitively)")
+        for name, stopped in blocked.items():
+            print(f"blocked: {name}: not imported: {'; '.join(stopped)}" if stopped
+                  else f"blocked: {name}: no installed plugin or family has this name, so it blocked nothing")
     return 0
 
 
 def parse_key_values(words: Sequence[str]) -> dict[str, Any]:
     """``key=value`` words as typed arguments (values read as YAML scalars: ``0.01``, ``true``, ``[0, 1]``).
 
-    ``TrainConfigError`` names a word that is not ``key=value`` or whose value is not valid YAML.
+    ``TrainConfigError`` names the word (its key) that is not ``key=value``, or whose value YAML cannot
+    read or build: bad syntax, ``!!float abc``, a date such as ``2020-13-45`` behind an explicit tag,
+    nesting or aliases past the bounds of ``load_bounded_yaml``. Dates are read as text (``name=2024-05-01``
+    is a run name, not a ``datetime.date``).
     """
-    import yaml
+    from zoo_core.data.dataset_yaml import DatesAsText, load_bounded_yaml
+    from zoo_core.errors import excerpt
 
     arguments: dict[str, Any] = {}
     for word in words:
         key, separator, value = word.partition("=")
         if not separator or not key.strip():
-            raise TrainConfigError(f"{word!r} is not key=value (e.g. lr0=0.001 mosaic=0)")
-        try:
-            arguments[key.strip().replace("-", "_")] = yaml.safe_load(value) if value else ""
-        except yaml.YAMLError as error:
-            raise TrainConfigError(f"{word!r}: the value is not a number, a word or a [list] ({error})") from None
+            raise TrainConfigError(f"{excerpt(word)} is not key=value (e.g. lr0=0.001 mosaic=0)")
+        where = f"{key.strip()}={value}" if len(word) <= 80 else f"{key.strip()}={value[:60]}..."
+        arguments[key.strip().replace("-", "_")] = (
+            load_bounded_yaml(value, where, TrainConfigError, loader=DatesAsText.loader()) if value else ""
+        )
     return arguments
 
 

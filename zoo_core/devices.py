@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from zoo_core.errors import DeviceSpecError
+from zoo_core.errors import DeviceSpecError, excerpt
 
 __all__ = ["ACCEPTED_FORMS", "DevicePlan", "parse_device", "resolve_device_plan"]
 
@@ -49,29 +49,38 @@ class DevicePlan:
 
 
 def _bad(spec: Any, why: str) -> DeviceSpecError:
-    return DeviceSpecError(f"device={spec!r}: {why}; {ACCEPTED_FORMS}")
+    return DeviceSpecError(f"device={excerpt(spec)}: {why}; {ACCEPTED_FORMS}")
+
+
+def _index(text: str) -> int | None:
+    """``text`` as a device index if it is ASCII digits only, else None.
+
+    Not ``str.isdigit``: it is true for superscripts and other Unicode digits (``'²'``) that ``int``
+    refuses, and a raw ``ValueError`` would escape the parser.
+    """
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def _entry_kind(entry: Any, spec: Any) -> tuple[str, int | None]:
     """One list entry as ``(kind, index)``: ``("cuda", 1)``, ``("cpu", None)``, ``("mps", None)``."""
     if isinstance(entry, bool):
-        raise _bad(spec, f"{entry!r} is not a device")
+        raise _bad(spec, f"{excerpt(entry)} is not a device")
     if isinstance(entry, int):
         if entry < 0:
             raise _bad(spec, f"CUDA index {entry} is negative")
         return "cuda", entry
     if not isinstance(entry, str):
-        raise _bad(spec, f"{entry!r} ({type(entry).__name__}) is not a device")
+        raise _bad(spec, f"{excerpt(entry)} ({type(entry).__name__}) is not a device")
     text = entry.strip().lower()
-    if text.isdigit():
-        return "cuda", int(text)
+    if _index(text) is not None:
+        return "cuda", _index(text)
     if text in ("cpu", "mps"):
         return text, None
     if text == "cuda":
         return "cuda", 0
-    if text.startswith("cuda:") and text[5:].isdigit():
-        return "cuda", int(text[5:])
-    raise _bad(spec, f"unknown device spelling {entry!r}")
+    if text.startswith("cuda:") and _index(text[5:]) is not None:
+        return "cuda", _index(text[5:])
+    raise _bad(spec, f"unknown device spelling {excerpt(entry)}")
 
 
 def parse_device(spec: Any) -> DevicePlan:

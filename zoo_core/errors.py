@@ -6,7 +6,10 @@ closest built-in exception so callers that catch ``ValueError`` or ``LookupError
 
 from __future__ import annotations
 
+import reprlib
+
 __all__ = [
+    "excerpt",
     "ZooError",
     "RegistryError",
     "PluginError",
@@ -19,7 +22,13 @@ __all__ = [
     "ModelNameError",
     "WeightsError",
     "WeightsNotFoundError",
+    "WeightsNotPublishedError",
     "WeightsDownloadError",
+    "WeightsOfflineError",
+    "IncompleteDownloadError",
+    "UnexpectedContentError",
+    "HubAccessError",
+    "HubReferenceError",
     "ChecksumMismatchError",
     "CorruptWeightsError",
     "UnsafeWeightsError",
@@ -33,12 +42,38 @@ __all__ = [
     "UnpicklableArgumentError",
     "SpawnNotSupportedError",
     "WorkerFailedError",
+    "PeerFailedError",
     "HostExchangeError",
     "MasterPortInUseError",
     "TrainingDivergedError",
     "ResumeError",
+    "RunDirectoryError",
+    "RunDirectoryInUseError",
     "ExportError",
 ]
+
+# How messages quote a value the user gave: never more than a few levels, items and characters. A
+# plain ``{value!r}`` of a YAML "billion laughs" (aliases of aliases, a few hundred bytes on disk)
+# expands to gigabytes; reprlib stops at each limit and writes "..." instead.
+_QUOTE = reprlib.Repr()
+_QUOTE.maxlevel = 3
+_QUOTE.maxdict = _QUOTE.maxlist = _QUOTE.maxtuple = _QUOTE.maxset = _QUOTE.maxfrozenset = _QUOTE.maxdeque = 4
+_QUOTE.maxstring = _QUOTE.maxother = 60
+_QUOTE.maxlong = 40
+EXCERPT_CHARACTERS = 100
+
+
+def excerpt(value: object, limit: int = EXCERPT_CHARACTERS) -> str:
+    """``repr(value)`` bounded in depth, items and characters (at most ``limit``), for error messages.
+
+    The cost is bounded too: however large or deeply shared ``value`` is, only the first few items
+    of the first few levels are looked at.
+    """
+    try:
+        text = _QUOTE.repr(value)
+    except Exception:  # noqa: BLE001 - a value whose __repr__ raises is still named by its type
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 class ZooError(Exception):
@@ -95,12 +130,42 @@ class WeightsNotFoundError(WeightsError, FileNotFoundError):
     """A weights file that does not exist and cannot be downloaded."""
 
 
+class WeightsNotPublishedError(WeightsNotFoundError):
+    """A model whose weights nobody publishes (the registry declares none, or the server answers 404).
+
+    The message names the alternatives: train the registry name from scratch, or pass a local file.
+    """
+
+
 class WeightsDownloadError(WeightsError, OSError):
     """Downloading registry weights failed (offline, server down, HTTP error)."""
 
 
+class WeightsOfflineError(WeightsDownloadError):
+    """Published weights that are not in the cache while the network is off (``HF_HUB_OFFLINE=1``) or unreachable.
+
+    The message names the file, its URL, the cache folder and where to put the file by hand.
+    """
+
+
+class IncompleteDownloadError(WeightsDownloadError):
+    """A download that ended before the whole file arrived (a cut connection that did not resume); nothing is kept."""
+
+
+class UnexpectedContentError(WeightsDownloadError):
+    """The server sent something other than the weights file: an HTML page (a proxy, a login wall) or a non-Hub answer."""
+
+
+class HubAccessError(WeightsDownloadError):
+    """The Hugging Face Hub refused access to a repository (gated or private): a token (``HF_TOKEN``) is needed."""
+
+
+class HubReferenceError(WeightsError, ValueError):
+    """An ``hf://owner/repo[@revision][/file]`` reference that is malformed or names no single weights file."""
+
+
 class ChecksumMismatchError(WeightsError):
-    """A downloaded file whose sha256 differs from the registry's."""
+    """A downloaded file whose sha256 differs from the registry's pin or from the digest its server declares."""
 
 
 class CorruptWeightsError(WeightsError):
@@ -156,6 +221,10 @@ class WorkerFailedError(ZooError, RuntimeError):
         self.worker_traceback = worker_traceback
 
 
+class PeerFailedError(ZooError, RuntimeError):
+    """This rank stopped because another rank failed first (the launcher blames the rank that failed, not this one)."""
+
+
 class HostExchangeError(ZooError, RuntimeError):
     """CPU SyncBatchNorm's exchange between the ranks of one machine failed: a peer exited, stalled or diverged."""
 
@@ -170,6 +239,15 @@ class TrainingDivergedError(ZooError, FloatingPointError):
 
 class ResumeError(ZooError, ValueError):
     """``resume=`` points at nothing resumable (the message says what was found)."""
+
+
+class RunDirectoryError(ZooError, OSError):
+    """A run folder that cannot be created or written (a read-only ``project``); the message names the folder."""
+
+
+class RunDirectoryInUseError(RunDirectoryError):
+    """Another live training run holds the run folder (same ``project``/``name`` with ``exist_ok=True``, or a
+    ``resume`` of a run that is still training); the message names the folder and that process."""
 
 
 class ExportError(ZooError, RuntimeError):

@@ -2,8 +2,9 @@
 
 ``LibreYOLO("yolo9-s")`` builds a fresh model, ``LibreYOLO("run/weights/best.pt")`` or
 ``LibreYOLO("model.safetensors")`` loads weights with their metadata, and a missing file named
-like a registry entry (``LibreYOLO9s.pt``) is downloaded from the registry's URL into
-``ZOO_HOME`` and checked against its sha256. Training, validation and prediction are delegated
+like a size's published weights (``LibreYOLO9s.pt``, ``YOLO9s.pt``; or ``LibreYOLO("yolo9-s",
+pretrained=True)``, or ``hf://owner/repo/file.pt``) is fetched from where registry.yaml says it
+lives and checked (``zoo_core.published_weights``). Training, validation and prediction are delegated
 to the engine (``zoo_core.engine.fit``: the facade hands it a ``ModelSpec`` and applies the
 ``FitOutcome`` it returns) and to the task modules, which import torch on first use.
 """
@@ -11,18 +12,26 @@ to the engine (``zoo_core.engine.fit``: the facade hands it a ``ModelSpec`` and 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
-import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from zoo_core import __version__
-from zoo_core.errors import ArgumentError, CorruptWeightsError, ModelNameError, WeightsError, WeightsMismatchError, WeightsNotFoundError
+from zoo_core.errors import (
+    ArgumentError,
+    CorruptWeightsError,
+    ModelNameError,
+    TrainConfigError,
+    WeightsError,
+    WeightsMismatchError,
+    WeightsNotFoundError,
+)
 from zoo_core.naming import WEIGHT_SUFFIXES, canonical_name, resolve_model_name
-from zoo_core.paths import zoo_home
 from zoo_core.plugin_manager import get_plugin_manager
+from zoo_core.published_weights import HubReference, fetch, not_published, parse_hub_reference, source_of_reference
 from zoo_core.registry import FamilyDeclaration, image_size_hw, load_registry
-from zoo_core.weights import ModelMeta, download_weights, save_safetensors, sha256_of
+from zoo_core.weights import ModelMeta, save_safetensors
 
 if TYPE_CHECKING:
     import torch
@@ -31,6 +40,8 @@ if TYPE_CHECKING:
     from zoo_core.registry import InputPipeline
 
 __all__ = ["LibreYOLO"]
+
+log = logging.getLogger("zoo.weights")
 
 
 def default_names(num_classes: int) -> dict[int, str]:
@@ -42,8 +53,11 @@ class LibreYOLO:
     """A model of any registered family, with ``train``, ``val``, ``predict`` and ``save``.
 
     Args:
-        model: a registry name (``"yolo9-s"``, ``"YOLO9s"``, ``"resnet18"``) for a fresh model,
-            or a path to ``.safetensors``/``.pt``/``.pth`` weights.
+        model: a registry name (``"yolo9-s"``, ``"YOLO9s"``, ``"resnet18"``) for a fresh model; a path to
+            ``.safetensors``/``.pt``/``.pth`` weights; the file name of a size's published weights
+            (``"LibreYOLO9s.pt"``, ``"YOLO9s.pt"``), fetched into the cache when it is not on disk; or
+            ``"hf://owner/repo[@revision][/file]"``, a file of any Hugging Face Hub repository. The
+            order, the cache and offline use: docs/weights.md ("Published weights").
         num_classes: classes of a fresh model (default: the family's published count); ignored
             when loading weights, whose metadata decides.
         names: class names of a fresh model, a list or ``{index: name}``.
@@ -53,6 +67,9 @@ class LibreYOLO:
             state is left as it was.
         architecture: for a weights file without metadata whose file name names no model
             (``NAFNet-GoPro-width32.pth``): the name of the model it holds (``"nafnet-s"``).
+        pretrained: with a registry name, start from the size's published weights instead of a
+            random initialisation (as ``LibreYOLO("LibreYOLO9s.pt")``); a ``WeightsNotPublishedError``
+            where none are published.
     """
 
     def __init__(
@@ -64,6 +81,7 @@ class LibreYOLO:
         options: Mapping[str, Any] | None = None,
         seed: int | None = 0,
         architecture: str | None = None,
+        pretrained: bool = False,
     ) -> None:
         self._manager = get_plugin_manager()
         self.seed = seed
@@ -73,15 +91,30 @@ class LibreYOLO:
         self.last_val_dir: Path | None = None  # where the last val() wrote its report
         self.pipeline_changes: dict[str, Any] = {}  # input-pipeline fields the loaded weights record (ModelMeta)
         self._inference_cache: tuple[Any, Any] | None = None  # (weights key, fused copy): see inference_model
+        # The resolution order (docs/weights.md): an hf:// reference; a file on disk; the file name of a
+        # size's published weights (LibreYOLO's names and their short forms, from registry.yaml); a
+        # registry name, built fresh or, with pretrained=True, from its published weights.
+        reference = parse_hub_reference(os.fspath(model))
+        if reference is not None:
+            self._load_hub_reference(reference)
+            return
         path = Path(model)
         if path.is_dir():
             raise WeightsNotFoundError(f"{path} is a directory, not a weights file; give the path of a .pt, .pth or .safetensors file")
         if path.is_file():
             self._load_file(path, architecture)
         elif path.suffix.lower() in WEIGHT_SUFFIXES:
-            self._load_file(self._download_for(path))
+            try:
+                family, size = resolve_model_name(path.name, self._manager.families)
+            except ModelNameError:
+                raise WeightsNotFoundError(f"weights file {path} does not exist") from None
+            requested = f"{path}:" if path.name == os.fspath(model) else f"weights file {path} does not exist, and"
+            self._load_published(family, size, requested=requested)
         else:
             family, size = self._resolve_name(str(model))
+            if pretrained:
+                self._load_published(family, size, requested=f"LibreYOLO({str(model)!r}, pretrained=True):")
+                return
             if names is not None and num_classes is None:
                 num_classes = len(names)
             self._build(family, size, num_classes, _as_names(names))
@@ -109,8 +142,11 @@ class LibreYOLO:
             torch.manual_seed(self.seed)
             return self._manager.build_model(self.family, self.size, num_classes, self.options)
 
-    def _load_file(self, path: Path, architecture: str | None = None) -> None:
-        """Build the model a weights file describes and load its tensors (converted to zoo's keys)."""
+    def _load_file(self, path: Path, architecture: str | None = None, *, origin: str = "") -> None:
+        """Build the model a weights file describes and load its tensors (converted to zoo's keys).
+
+        ``origin`` says where a fetched file was published (``hf://LibreYOLO/LibreYOLO9s/LibreYOLO9s.pt``), for the log.
+        """
         from zoo_core.loading import load_weights_file
 
         loaded = load_weights_file(path, self._manager, architecture=architecture)
@@ -128,6 +164,35 @@ class LibreYOLO:
             self.input_size = loaded.input_size
         self.load_state_dict(loaded.state_dict, source=f"{path} ({loaded.description})")
         self.weights_path, self.data, self.pipeline_changes = path, loaded.data, dict(loaded.input_pipeline)
+        published = f"; published as {origin}" if origin else ""
+        log.info("%s: weights loaded from %s (%s%s)", self.name, path, loaded.description, published)
+
+    def _load_published(self, family: str, size: str, *, requested: str) -> None:
+        """Load ``family``-``size``'s published weights, fetched once into the cache (``zoo_core.published_weights``).
+
+        ``requested`` opens the error when none are published (what the caller asked for).
+        """
+        name = canonical_name(family, size)
+        source = self._manager.family(family).size(size).weights
+        if source is None:
+            raise not_published(requested, family, size)
+        fresh = f"build a freshly initialised model with LibreYOLO({name!r})"
+        path = fetch(source, label=source.file_name, fresh_hint=fresh)
+        self._load_file(path, architecture=name, origin=source.describe())
+        if (self.family, self.size) != (family, size):
+            raise WeightsMismatchError(
+                f"{path}, the published weights of {name} ({source.describe()}), holds {self.name}; the publisher may "
+                f"have replaced the file. Remove it from the cache and retry, or {fresh}"
+            )
+
+    def _load_hub_reference(self, reference: HubReference) -> None:
+        """Load the file an ``hf://`` reference names (a registry repository keeps its declared checks)."""
+        source, model = source_of_reference(reference, self._manager.families)
+        if model is not None:
+            self._load_published(*model, requested=f"{reference}:")
+            return
+        hint = "pass the path of a local weights file, or a registry name for a fresh model"
+        self._load_file(fetch(source, label=str(reference), fresh_hint=hint), origin=source.describe())
 
     def _resolve_name(self, name: str) -> tuple[str, str]:
         """``(family, size)`` of a model name; a blocked plugin's model says it is blocked."""
@@ -147,23 +212,6 @@ class LibreYOLO:
                     "use this model"
                 ) from None
             raise
-
-    def _download_for(self, path: Path) -> Path:
-        try:
-            family, size = resolve_model_name(path.name, self._manager.families)
-        except ModelNameError:
-            raise WeightsNotFoundError(f"weights file {path} does not exist") from None
-        fresh = f"build a freshly initialised model with LibreYOLO({canonical_name(family, size)!r})"
-        source = self._manager.family(family).size(size).weights
-        if source is None:
-            raise WeightsNotFoundError(
-                f"weights file {path} does not exist and the registry lists no download for "
-                f"{canonical_name(family, size)}; check the path, or {fresh}"
-            )
-        cached = zoo_home() / "weights" / path.name
-        if cached.is_file() and sha256_of(cached) == source.sha256:
-            return cached
-        return download_weights(source.url, source.sha256, cached, fresh_hint=fresh)
 
     def load_state_dict(self, state_dict: Mapping[str, "torch.Tensor"], *, source: str | Path = "state dict") -> None:
         """Load weights strictly; ``WeightsMismatchError`` naming the source and the first keys that do not fit."""
@@ -300,13 +348,25 @@ class LibreYOLO:
         """Train on ``data``; see ``zoo_core.engine.config.TrainConfig`` for every argument.
 
         ``device=[0, 1]`` (or ``"cpu,cpu"``) trains one process per device; ``batch`` is the global
-        batch. On success this object holds rank 0's best weights, the dataset's classes and the
-        training input size; on failure it is unchanged.
+        batch. ``pretrained=True`` (as Ultralytics users write it) starts a fresh model from its
+        size's published weights, fetched here, in the calling process, before any worker exists; a
+        model that already holds weights keeps them. On success this object holds rank 0's best
+        weights, the dataset's classes and the training input size; on failure it is unchanged.
         """
         from zoo_core.engine import fit
 
-        with self._spec_with_weights() as spec:
-            outcome = fit(spec, kwargs, manager=self._manager)
+        pretrained = kwargs.pop("pretrained", False)
+        if not isinstance(pretrained, bool):
+            raise TrainConfigError(f"pretrained={pretrained!r}: give True (start from the published weights) or False")
+        before = dict(self.__dict__)
+        try:
+            if pretrained and self.weights_path is None:
+                self._load_published(self.family, self.size, requested=f"train(pretrained=True) of {self.name}:")
+            with self._spec_with_weights() as spec:
+                outcome = fit(spec, kwargs, manager=self._manager)
+        except BaseException:
+            self.__dict__.update(before)  # the published weights were only this call's starting point
+            raise
         self._apply(outcome)
         self.data = str(kwargs.get("data") or self.data)
         return outcome.result
@@ -361,8 +421,13 @@ class LibreYOLO:
 
     @contextlib.contextmanager
     def _spec_with_weights(self) -> Iterator["ModelSpec"]:
-        """The spec of this model, its current weights in a private temp file for the duration of the block."""
-        with tempfile.TemporaryDirectory(prefix="zoo-weights-") as directory:
+        """The spec of this model, its current weights in a private temp file for the duration of the block.
+
+        The folder is ``zoo-weights-<pid>-…``, so a later run sweeps it if this process is killed first.
+        """
+        from zoo_core.paths import WEIGHTS_PREFIX, owned_temp_dir
+
+        with owned_temp_dir(WEIGHTS_PREFIX) as directory:
             weights = Path(directory) / "initial.safetensors"
             save_safetensors(weights, self.model.state_dict(), self.meta)
             yield self.spec(weights)

@@ -1,8 +1,11 @@
 """Resolve user spellings of a model (``YOLO9s``, ``yolo9-s``, ``LibreYOLO9s.pt``) to family and size.
 
 A name is normalised (lower case; a weights suffix, ``-``, ``_``, ``.`` and spaces removed) and
-looked up in a table built from every family's ``name_patterns`` plus ``{family}{size}``. Two
-families producing the same normalised name is a registry error, so resolution never guesses.
+looked up in a table built from every family's ``name_patterns`` plus ``{family}{size}``, and
+from each size's published weights file: its file name (``LibreResNet18-cls.pt``), the other
+names the registry gives it (``yolo_nas_s_coco.pth``) and their short forms without ``Libre``
+(``ResNet18-cls.pt``, ``DFINEn.pt``). Two models producing the same normalised name is a registry
+error, so resolution never guesses.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import Mapping
 from zoo_core.errors import ModelNameError, RegistryError
 from zoo_core.registry import FamilyDeclaration
 
-__all__ = ["WEIGHT_SUFFIXES", "normalise_name", "name_table", "resolve_model_name", "canonical_name"]
+__all__ = ["WEIGHT_SUFFIXES", "normalise_name", "published_names", "name_table", "resolve_model_name", "canonical_name"]
 
 WEIGHT_SUFFIXES = (".pt", ".pth", ".safetensors")
 
@@ -35,19 +38,35 @@ def canonical_name(family: str, size: str) -> str:
     return f"{family}-{size}"
 
 
+_PUBLISHER_PREFIX = "libre"  # LibreYOLO's file names start with it; the short form leaves it out
+
+
+def published_names(declaration: FamilyDeclaration, size: str) -> list[str]:
+    """The file names that mean ``size``'s published weights: the file's own, the registry's ``names``, and the
+    short form of each that starts with ``Libre`` (``LibreDFINEn.pt`` and ``DFINEn.pt``); [] when none is published."""
+    source = declaration.size(size).weights
+    if source is None:
+        return []
+    names = [source.file_name, *source.names]
+    short = [name[len(_PUBLISHER_PREFIX):] for name in names if name.lower().startswith(_PUBLISHER_PREFIX)]
+    return [*names, *short]
+
+
 def name_table(families: Mapping[str, FamilyDeclaration]) -> dict[str, tuple[str, str]]:
     """Every normalised spelling of every declared model, mapped to ``(family, size)``."""
     table: dict[str, tuple[str, str]] = {}
     for declaration in families.values():
         patterns = ["{family}{size}", *declaration.name_patterns]
         for size in declaration.sizes:
-            for pattern in patterns:
-                key = normalise_name(pattern.replace("{family}", declaration.name).replace("{size}", size))
+            spellings = [pattern.replace("{family}", declaration.name).replace("{size}", size) for pattern in patterns]
+            for spelling in [*spellings, *published_names(declaration, size)]:
+                key = normalise_name(spelling)
                 owner = table.setdefault(key, (declaration.name, size))
                 if owner != (declaration.name, size):
                     raise RegistryError(
                         f"the name {key!r} resolves to both {canonical_name(*owner)} and "
-                        f"{canonical_name(declaration.name, size)}; make one family's name_patterns distinct"
+                        f"{canonical_name(declaration.name, size)}; make one family's name_patterns (or weights "
+                        "names) distinct"
                     )
     return table
 

@@ -12,7 +12,9 @@ declares but no entry point served (another distribution's metadata can hide zoo
 crowded path) is registered from the ``plugin`` module its entry names, so the built-ins never
 vanish. Switches (docs/plugins.md): ``ZOO_DISABLE_PLUGIN_AUTOLOAD=1`` skips entry points of every
 distribution other than ``zoo-core`` (the built-ins stay), ``ZOO_BLOCK_PLUGINS=a,b`` (or
-``get_plugin_manager(block=[...])``) blocks plugins by name, ``ZOO_DEBUG=1`` traces hook calls.
+``get_plugin_manager(block=[...])``) blocks plugins by name, case-insensitively (``EVIL`` blocks the
+plugin ``evil``: a block that failed over a capital letter would import the very code it was meant
+to keep out), ``ZOO_DEBUG=1`` traces hook calls. ``blocked_plugins()`` says what each block stopped.
 """
 
 from __future__ import annotations
@@ -164,7 +166,12 @@ class ZooPluginManager(pluggy.PluginManager):
     def __init__(self, *, block: Iterable[str] = (), autoload: bool | None = None) -> None:
         super().__init__(hookspecs.PROJECT_NAME)
         self.add_hookspecs(hookspecs)
-        self.blocked_names: frozenset[str] = frozenset([*_env_list(_BLOCK_ENV), *block])
+        requested = [*(f"{_BLOCK_ENV}={name}" for name in _env_list(_BLOCK_ENV)), *(f"block={name!r}" for name in block)]
+        # Compared case-folded everywhere: plugin names are lower-case by convention, not by rule.
+        self.blocked_names: frozenset[str] = frozenset(
+            [*(name.casefold() for name in _env_list(_BLOCK_ENV)), *(name.strip().casefold() for name in block)])
+        self._block_requests = requested  # as the user spelled them, for `zoo plugins`
+        self._stopped: dict[str, list[str]] = {}  # blocked name -> what the block kept out, as it happened
         self.autoload = (not _env_flag(_DISABLE_AUTOLOAD_ENV)) if autoload is None else autoload
         self._records: dict[str, PluginRecord] = {}
         self._tasks: dict[str, TaskDeclaration] = {}
@@ -173,13 +180,31 @@ class ZooPluginManager(pluggy.PluginManager):
         self._family_owner: dict[str, str] = {}
         self._runtime_plugins: list[tuple[str, Any]] = []
         for name in self.blocked_names:
-            self.set_blocked(name)
+            self.set_blocked(name)  # pluggy's own block (exact name); blocks() is the case-insensitive check
         core = _DeclarationAnswers(self)
         self.register(core, name=CORE_PLUGIN_NAME)
         self._collect_tasks(core, PluginRecord(name=CORE_PLUGIN_NAME, module=__name__, distribution=CORE_DISTRIBUTION))
         if _env_flag(_DEBUG_ENV):
             self.trace.root.setwriter(sys.stderr.write)
             self.enable_tracing()
+
+    # ----------------------------------------------------------------------------- blocking
+    def blocks(self, name: str | None) -> bool:
+        """Whether plugin (or family) ``name`` is blocked, compared case-insensitively."""
+        return name is not None and name.casefold() in self.blocked_names
+
+    def _stop(self, name: str, what: str) -> None:
+        """Record that the block on ``name`` kept ``what`` out (for ``blocked_plugins`` and ``zoo plugins``)."""
+        self._stopped.setdefault(name.casefold(), []).append(what)
+
+    def blocked_plugins(self) -> dict[str, list[str]]:
+        """Each blocked name (case-folded) with what its block kept out, never imported; empty: it matched nothing."""
+        return {name: list(self._stopped.get(name, [])) for name in sorted(self.blocked_names)}
+
+    @property
+    def block_requests(self) -> list[str]:
+        """The blocks as they were asked for (``ZOO_BLOCK_PLUGINS=EVIL``, ``block='x'``)."""
+        return list(self._block_requests)
 
     # ----------------------------------------------------------------------------- loading
     def load_entry_point_plugins(self) -> None:
@@ -197,7 +222,8 @@ class ZooPluginManager(pluggy.PluginManager):
                 distribution=distribution,
                 version=entry_point.dist.version if entry_point.dist else None,
             )
-            if entry_point.name in self.blocked_names:
+            if self.blocks(entry_point.name):
+                self._stop(entry_point.name, f"{record.describe()}, entry point {entry_point.value!r}")
                 continue
             if not self.autoload and _normalised(distribution) != CORE_DISTRIBUTION:
                 continue
@@ -234,9 +260,10 @@ class ZooPluginManager(pluggy.PluginManager):
 
         for name, declaration in load_registry().items():
             plugin_name = declaration.plugin
-            if name in self._families or name in self.blocked_names or plugin_name is None:
+            if name in self._families or plugin_name is None or plugin_name in self._records:
                 continue
-            if plugin_name in self._records or plugin_name in self.blocked_names:
+            if self.blocks(name) or self.blocks(plugin_name):
+                self._stop(name if self.blocks(name) else plugin_name, f"built-in family {name!r} (module {plugin_name})")
                 continue
             try:
                 plugin = importlib.import_module(plugin_name)
@@ -259,7 +286,8 @@ class ZooPluginManager(pluggy.PluginManager):
         if isinstance(plugin, str):
             plugin = importlib.import_module(plugin)
         name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
-        if name in self.blocked_names:
+        if self.blocks(name):
+            self._stop(name, f"plugin {name!r} registered at run time")
             return None
         module = plugin.__name__ if isinstance(plugin, type(sys)) else type(plugin).__module__
         record = PluginRecord(name=name, module=module)
@@ -272,6 +300,9 @@ class ZooPluginManager(pluggy.PluginManager):
 
     def _register_recorded(self, plugin: Any, record: PluginRecord) -> bool:
         """Register ``plugin`` under ``record``'s name; False if its name is blocked."""
+        if self.blocks(record.name):
+            self._stop(record.name, record.describe())
+            return False
         try:
             registered = self.register(plugin, name=record.name)
         except pluggy.PluginValidationError as error:

@@ -25,6 +25,7 @@ __all__ = [
     "TaskDeclaration",
     "builtin_tasks",
     "InputPipeline",
+    "HUB_ENDPOINT",
     "WeightsSource",
     "SizeDeclaration",
     "FamilyDeclaration",
@@ -100,27 +101,111 @@ class TaskDeclaration(BaseModel):
         return value
 
 
+HUB_ENDPOINT = "https://huggingface.co"
+"""The Hugging Face Hub's address; ``HF_ENDPOINT`` replaces it at download time (a mirror, a test server)."""
+
+_HUB_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
+_WEIGHTS_FILE_SUFFIXES = (".pt", ".pth", ".safetensors")  # naming.WEIGHT_SUFFIXES (naming sits above this module)
+
+
 class WeightsSource(BaseModel):
-    """Where the published weights of one size can be downloaded from."""
+    """Where the published weights of one size live: a file of a Hugging Face Hub repository, or a plain URL.
+
+    A Hub file (``repo`` + ``file`` at ``revision``) is downloaded with huggingface_hub and checked
+    against ``sha256`` where the registry pins one, else against the sha256 the Hub declares for it.
+    A file elsewhere (``url``) needs its ``sha256``. ``names`` are the other file names that mean
+    this file (LibreYOLO's spellings); docs/registry.md describes every field.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    url: str = Field(description="http(s) URL of a .safetensors or .pt file")
-    sha256: str = Field(description="hex sha256 of the file; a download that differs is rejected")
+    repo: str | None = Field(default=None, description='Hugging Face Hub repository, "owner/name"')
+    file: str | None = Field(
+        default=None, description="the file in the Hub repository; for a url, the name it is cached under (default: "
+        "the URL's last segment)")
+    revision: str = Field(default="main", min_length=1, description="branch, tag or commit of the Hub repository")
+    url: str | None = Field(default=None, description="http(s) URL of a file that is not on the Hub")
+    sha256: str | None = Field(
+        default=None, description="hex sha256 of the file (required with url); a download that differs is rejected")
+    licence: str = Field(default="unstated", min_length=1, description="the licence of the weights, as their publisher states it")
+    licence_notice: str | None = Field(
+        default=None, description="shown once when the file is first downloaded: the terms of a non-permissive licence")
+    names: list[str] = Field(default_factory=list, description="other file names that mean this file (LibreYOLO's aliases)")
 
     @field_validator("url")
     @classmethod
-    def _http_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError(f"must start with http:// or https://, got {value!r}")
         return value
 
     @field_validator("sha256")
     @classmethod
-    def _hex_digest(cls, value: str) -> str:
-        if not re.fullmatch(r"[0-9a-fA-F]{64}", value):
+    def _hex_digest(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", value):
             raise ValueError("must be the 64 hex digits of a sha256 digest")
-        return value.lower()
+        return value.lower() if value is not None else None
+
+    @field_validator("repo")
+    @classmethod
+    def _hub_repo(cls, value: str | None) -> str | None:
+        if value is not None and not _HUB_REPO.match(value):
+            raise ValueError(f'must be a Hub repository "owner/name", got {value!r}')
+        return value
+
+    @field_validator("file")
+    @classmethod
+    def _relative_file(cls, value: str | None) -> str | None:
+        if value is not None and (not value or value.startswith("/") or ".." in value.split("/") or "\\" in value):
+            raise ValueError(f"must be a relative path inside the repository, got {value!r}")
+        return value
+
+    @field_validator("names")
+    @classmethod
+    def _weights_file_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if "/" in name or not name.lower().endswith(_WEIGHTS_FILE_SUFFIXES):
+                raise ValueError(f"{name!r} must be a file name ending in {', '.join(_WEIGHTS_FILE_SUFFIXES)}")
+        return value
+
+    @model_validator(mode="after")
+    def _one_place(self) -> "WeightsSource":
+        if (self.repo is None) == (self.url is None):
+            raise ValueError("declare either repo (with file) for a Hugging Face Hub file, or url (with sha256)")
+        if self.repo is not None and self.file is None:
+            raise ValueError("a Hub source needs the file in its repository: add file")
+        if self.url is not None and self.sha256 is None:
+            raise ValueError("field 'sha256' is required with url")
+        return self
+
+    @property
+    def on_hub(self) -> bool:
+        """Whether the file is downloaded from a Hugging Face Hub repository."""
+        return self.repo is not None
+
+    @property
+    def file_name(self) -> str:
+        """The file's own name (the last segment of ``file`` or of the URL): what it is called in the cache."""
+        if self.file is not None:
+            return self.file.rsplit("/", 1)[-1]
+        assert self.url is not None
+        return self.url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
+
+    def download_url(self, endpoint: str | None = None) -> str:
+        """The URL the file is downloaded from: the Hub's resolve route (at ``endpoint``, default the Hub), or ``url``."""
+        if self.url is not None:
+            return self.url
+        from urllib.parse import quote
+
+        base = (endpoint or HUB_ENDPOINT).rstrip("/")
+        return f"{base}/{self.repo}/resolve/{quote(self.revision, safe='')}/{quote(str(self.file))}"
+
+    def describe(self) -> str:
+        """``hf://owner/repo@revision/file`` for a Hub file (what ``LibreYOLO`` also accepts), else the URL."""
+        if self.repo is None:
+            return str(self.url)
+        revision = "" if self.revision == "main" else f"@{self.revision}"
+        return f"hf://{self.repo}{revision}/{self.file}"
 
 
 class InputPipeline(BaseModel):
@@ -151,6 +236,21 @@ class InputPipeline(BaseModel):
     def merged(self, changes: Mapping[str, Any] | None) -> "InputPipeline":
         """This pipeline with the fields in ``changes`` replaced (a size's or a weights file's own)."""
         return self if not changes else InputPipeline.model_validate({**self.model_dump(), **dict(changes)})
+
+    def describe(self) -> str:
+        """The pipeline in a few words (``letterbox, top-left; OpenCV bilinear``), as docs/weights.md lists it."""
+        if self.resize == "letterbox":
+            words = f"letterbox, {'top-left' if self.placement == 'top_left' else 'centred'}"
+            words += f", longer side at most {self.fit_side}" if self.fit_side else ""
+            words += ", sides rounded" if self.rounding == "round" else ""
+        elif self.resize == "stretch":
+            words = "stretch" + (" in floats" if self.resize_in_float else "")
+        elif self.resize == "crop":
+            words = f"shorter side to imgsz / {self.crop_pct}, centre crop"
+        else:
+            return "native size" + (f", mirrored to a multiple of {self.pad_multiple}" if self.pad_multiple else "")
+        kernel = {"bilinear": "OpenCV bilinear", "bilinear_antialiased": "PIL bilinear", "bicubic_antialiased": "PIL bicubic"}
+        return f"{words}; {kernel[self.interpolation]}"
 
 
 class SizeDeclaration(BaseModel):

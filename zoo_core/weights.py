@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import http.client
 import json
 import os
 import re
@@ -22,8 +23,12 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Mapping
 from zoo_core.errors import (
     ChecksumMismatchError,
     CorruptWeightsError,
+    IncompleteDownloadError,
+    UnexpectedContentError,
     UnsafeWeightsError,
     WeightsDownloadError,
+    WeightsNotPublishedError,
+    WeightsOfflineError,
     WeightsWriteError,
 )
 from zoo_core.registry import normalise_image_size
@@ -193,8 +198,9 @@ def read_safetensors(path: str | Path) -> tuple[dict[str, "torch.Tensor"], Model
 def load_torch_file(path: str | Path) -> Any:
     """``torch.load(path, weights_only=True)``; every failure becomes a ``WeightsError`` naming the file.
 
-    Pickled classes are an ``UnsafeWeightsError`` naming the class; anything else that is not a
-    PyTorch file (text, random bytes, a truncated download) a ``CorruptWeightsError``.
+    A pickle that would import or call anything weights_only does not allow (a class, ``os.system``,
+    ``exec``) is an ``UnsafeWeightsError`` naming it; nothing is imported or run to find out. Anything
+    else that is not a PyTorch file (text, random bytes, a truncated download) is a ``CorruptWeightsError``.
     """
     import pickle
 
@@ -204,13 +210,17 @@ def load_torch_file(path: str | Path) -> Any:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as error:
         text = str(error)
-        # torch's weights-only unpickler names a refused class "Unsupported global: GLOBAL module.Class".
-        refused = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
-        if refused:
+        # torch's weights-only unpickler names a refused global in two ways: "Unsupported global: GLOBAL
+        # module.Class" (a class or function outside its allowlist) and "unsupported GLOBAL posix.system
+        # whose module posix is blocked" (a module it never imports from). Failing both, the pickle's own
+        # opcodes say what it would import (read by pickletools; nothing is imported or run).
+        refused = re.search(r"(?:Unsupported global: |unsupported )GLOBAL ([\w.]+)", text)
+        imported = [refused.group(1)] if refused else _refused_globals(path)
+        if imported:
             raise UnsafeWeightsError(
-                f"{path} holds pickled Python objects ({refused.group(1)}), not a plain state dict, and zoo only "
-                "loads with torch.load(weights_only=True). If you trust the file, re-save its weights as a state "
-                "dict: torch.save(model.state_dict(), path), or as safetensors."
+                f"{path} holds pickled Python objects or code (it imports {', '.join(imported[:3])}), not a plain "
+                "state dict; nothing in it was run: zoo only loads with torch.load(weights_only=True). If you trust "
+                "the file, re-save its weights as a state dict: torch.save(model.state_dict(), path), or as safetensors."
             ) from None
         operand = re.search(r"Unsupported operand [^\n]*", text)
         why = operand.group(0) if operand else text.strip().splitlines()[0] if text.strip() else type(error).__name__
@@ -223,6 +233,87 @@ def load_torch_file(path: str | Path) -> Any:
             f"{path} could not be read as a PyTorch file ({type(error).__name__}: {error}); it may be truncated, "
             "damaged or another format. Re-download it, or re-save it."
         ) from None
+
+
+_PICKLE_SCAN_BYTES = 64 * 1024 * 1024  # the pickle of a state dict is small (the tensors live in other archive members)
+_STRING_OPCODES = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE",
+                             "BINUNICODE8"})
+_MEMO_PUTS = frozenset({"PUT", "BINPUT", "LONG_BINPUT"})
+_MEMO_GETS = frozenset({"GET", "BINGET", "LONG_BINGET"})
+
+
+def _pickled_globals(path: str | Path) -> list[str]:
+    """Every ``module.name`` the pickle of torch file ``path`` would import (GLOBAL, STACK_GLOBAL, INST opcodes).
+
+    Read with ``pickletools.genops``, which decodes opcodes and never imports or calls anything. A torch
+    zip archive's pickle is its ``data.pkl`` member; a legacy file is a sequence of pickles (read until
+    the first one that does not decode). Unreadable input gives what was found before it.
+    """
+    import io
+    import pickletools
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                members = [name for name in archive.namelist() if name.endswith("data.pkl")]
+                if not members:
+                    return []
+                with archive.open(members[0]) as member:
+                    data = member.read(_PICKLE_SCAN_BYTES)
+        else:
+            with open(path, "rb") as stream:
+                data = stream.read(_PICKLE_SCAN_BYTES)
+    except Exception:  # noqa: BLE001 - a damaged archive: nothing to read, the caller reports it as damaged
+        return []
+    found: list[str] = []
+    stream = io.BytesIO(data)
+    strings: list[object] = []  # what was pushed last, for STACK_GLOBAL (module, then name)
+    memo: dict[object, object] = {}
+    try:
+        while stream.tell() < len(data):
+            for opcode, argument, _ in pickletools.genops(stream):
+                name = opcode.name
+                if name in ("GLOBAL", "INST"):
+                    found.append(str(argument).replace(" ", "."))
+                elif name == "STACK_GLOBAL" and len(strings) >= 2:
+                    found.append(f"{strings[-2]}.{strings[-1]}")
+                elif name in _STRING_OPCODES:
+                    strings.append(argument)
+                elif name == "MEMOIZE" and strings:
+                    memo[len(memo)] = strings[-1]
+                elif name in _MEMO_PUTS and strings:
+                    memo[argument] = strings[-1]
+                elif name in _MEMO_GETS:
+                    strings.append(memo.get(argument))
+                else:
+                    strings.append(None)  # another value came between: no STACK_GLOBAL pairs across it
+                del strings[:-2]
+    except Exception:  # noqa: BLE001 - the end of the pickles (or damage): keep what was found
+        pass
+    return found
+
+
+def _refused_globals(path: str | Path) -> list[str]:
+    """The globals of ``path``'s pickle that ``torch.load(weights_only=True)`` does not allow (``_pickled_globals``).
+
+    torch's own names (``torch.*``) are left out: a torch file damaged in its tensor records would
+    otherwise read as unsafe. A whole pickled model is still named, by torch's own refusal message.
+    """
+    import torch
+
+    allowed: set[str] = set()
+    try:  # torch's allowlist has no public accessor; without it, every non-torch global counts
+        from torch._weights_only_unpickler import _get_allowed_globals
+
+        allowed.update(_get_allowed_globals())
+    except Exception:  # noqa: BLE001 - a torch without this private helper
+        pass
+    for entry in torch.serialization.get_safe_globals():
+        item = entry[0] if isinstance(entry, tuple) else entry
+        allowed.add(f"{getattr(item, '__module__', '')}.{getattr(item, '__qualname__', '')}")
+    return [name for name in dict.fromkeys(_pickled_globals(path))
+            if name not in allowed and name.split(".", 1)[0] != "torch"]
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, "torch.Tensor"], ModelMeta | None, dict[str, Any]]:
@@ -372,10 +463,14 @@ def sha256_of(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def download_weights(url: str, sha256: str, destination: str | Path, *, fresh_hint: str, timeout: float = 60.0) -> Path:
+def download_weights(url: str, sha256: str, destination: str | Path, *, fresh_hint: str, timeout: float = 60.0,
+                     progress: Callable[..., Any] | None = None) -> Path:
     """Download ``url`` to ``destination`` if the file's sha256 is ``sha256``; else raise and keep nothing.
 
-    ``fresh_hint`` is appended to errors (how to build the model without weights).
+    ``fresh_hint`` is appended to errors (how to build the model without weights); ``progress``, a
+    tqdm-like class, is shown while the bytes arrive. A 404 is a ``WeightsNotPublishedError``, an
+    unreachable server a ``WeightsOfflineError``, a short body an ``IncompleteDownloadError``, an
+    HTML page an ``UnexpectedContentError`` and another digest a ``ChecksumMismatchError``.
     """
     destination = Path(destination)
     handle, temporary = _atomic_target(destination)
@@ -383,16 +478,47 @@ def download_weights(url: str, sha256: str, destination: str | Path, *, fresh_hi
     try:
         with os.fdopen(handle, "wb") as stream:
             try:
-                with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 - http(s) only (schema)
-                    while chunk := response.read(1 << 20):
-                        digest.update(chunk)
-                        stream.write(chunk)
+                response = urllib.request.urlopen(url, timeout=timeout)  # noqa: S310 - http(s) only (schema)
+            except urllib.error.HTTPError as error:
+                if error.code in (404, 410):
+                    raise WeightsNotPublishedError(f"no weights are published at {url} (HTTP {error.code}); {fresh_hint}") from None
+                raise WeightsDownloadError(f"could not download {url} (HTTP {error.code} {error.reason}); retry later, or {fresh_hint}") from None
             except (urllib.error.URLError, OSError, TimeoutError) as error:
                 reason = getattr(error, "reason", error)
-                raise WeightsDownloadError(
+                raise WeightsOfflineError(
                     f"could not download {url} ({reason}). Are you offline? Place the file at "
                     f"{destination} yourself, or {fresh_hint}"
                 ) from None
+            with response:
+                if "text/html" in (response.headers.get("Content-Type") or "").lower():
+                    raise UnexpectedContentError(
+                        f"{url} sent an HTML page, not a weights file (a proxy, a login wall or an error page); nothing "
+                        f"was kept. Check the network, or {fresh_hint}")
+                expected = int(response.headers.get("Content-Length") or 0) or None
+                bar = progress(total=expected, desc=destination.name, unit="B", unit_scale=True) if progress else None
+                received = 0
+                try:
+                    while True:
+                        try:
+                            chunk = response.read(1 << 20)
+                        except (OSError, TimeoutError, http.client.HTTPException) as error:
+                            raise IncompleteDownloadError(
+                                f"the download of {url} broke after {received} bytes ({error!r}); nothing was kept. "
+                                f"Retry, or {fresh_hint}") from None
+                        if not chunk:
+                            break
+                        digest.update(chunk)
+                        stream.write(chunk)
+                        received += len(chunk)
+                        if bar is not None:
+                            bar.update(len(chunk))
+                finally:
+                    if bar is not None:
+                        bar.close()
+                if expected is not None and received != expected:
+                    raise IncompleteDownloadError(
+                        f"the download of {url} ended after {received} of {expected} bytes; nothing was kept. Retry, "
+                        f"or {fresh_hint}")
         if digest.hexdigest() != sha256.lower():
             raise ChecksumMismatchError(
                 f"the file downloaded from {url} has sha256 {digest.hexdigest()}, but the registry "

@@ -24,6 +24,10 @@ __all__ = [
     "images_from_entry",
     "inspect_image",
     "usable_images",
+    "refuse_shared_annotations",
+    "MAX_IMAGE_PIXELS",
+    "MAX_IMAGE_PIXELS_VARIABLE",
+    "max_image_pixels",
     "read_image",
     "iter_sources",
     "load_sources",
@@ -33,6 +37,13 @@ __all__ = [
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 # Videos ``predict`` reads frame by frame with PyAV (``pip install av``, the ``video`` extra).
 VIDEO_SUFFIXES = (".mp4", ".avi", ".mov", ".mkv", ".webm", ".m4v")
+# Images above this many pixels are skipped when a dataset is indexed, with a DatasetWarning naming the file
+# (64 MP: 8000×8000; a 61 MP camera's 9504×6336 still passes). One such image decodes to 192 MB of RGB, and
+# the augmentation pipeline holds several copies, so a 10000×10000 scan costs gigabytes per loader worker
+# for a picture that trains at a few hundred pixels. ZOO_MAX_IMAGE_PIXELS overrides it (0: no zoo limit;
+# PIL's own decompression-bomb check, PIL.Image.MAX_IMAGE_PIXELS, still applies).
+MAX_IMAGE_PIXELS = 64_000_000
+MAX_IMAGE_PIXELS_VARIABLE = "ZOO_MAX_IMAGE_PIXELS"
 _EXIF_ORIENTATION_TAG = 0x0112
 _TRANSPOSING_ORIENTATIONS = (5, 6, 7, 8)
 
@@ -66,7 +77,12 @@ def images_from_entry(entry: Path, report: ProblemReport) -> list[Path]:
         return images_in_directory(entry)
     if entry.is_file() and entry.suffix.lower() == ".txt":
         images = []
-        for number, text in enumerate(entry.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            lines = entry.read_text(encoding="utf-8-sig").splitlines()  # -sig: a byte-order mark is not a path
+        except UnicodeDecodeError as error:
+            raise DatasetError(f"{entry}: the image list is not UTF-8 text (byte 0x{error.object[error.start]:02X} at "
+                               f"offset {error.start}); re-save it as UTF-8") from None
+        for number, text in enumerate(lines, start=1):
             text = text.strip()
             if not text or text.startswith("#"):
                 continue
@@ -87,16 +103,43 @@ def images_from_entry(entry: Path, report: ProblemReport) -> list[Path]:
     raise DatasetError(f"{entry} does not exist; check the path (relative paths are relative to the dataset root)")
 
 
-def inspect_image(path: Path) -> tuple[int, int] | str:
-    """``(height, width)`` as displayed (EXIF orientation applied), or the reason it cannot be read.
+def max_image_pixels() -> int:
+    """The pixel limit of dataset images: ``$ZOO_MAX_IMAGE_PIXELS``, else ``MAX_IMAGE_PIXELS`` (0: none).
+
+    ``DatasetError`` names the variable when its value is not a whole number >= 0.
+    """
+    import os
+
+    configured = os.environ.get(MAX_IMAGE_PIXELS_VARIABLE, "").strip().replace("_", "")
+    if not configured:
+        return MAX_IMAGE_PIXELS
+    if not (configured.isascii() and configured.isdigit()):
+        raise DatasetError(f"{MAX_IMAGE_PIXELS_VARIABLE}={os.environ[MAX_IMAGE_PIXELS_VARIABLE]!r} is not a number of "
+                           f"pixels; give a whole number (default {MAX_IMAGE_PIXELS:_}), or 0 for no limit")
+    return int(configured)
+
+
+def _too_large(width: int, height: int, limit: int) -> str:
+    return (f"{width}×{height} = {width * height:,} pixels is above zoo's limit of {limit:,} "
+            f"({MAX_IMAGE_PIXELS_VARIABLE}); downscale the image, or raise the limit")
+
+
+def inspect_image(path: Path, limit: int | None = None) -> tuple[int, int] | str:
+    """``(height, width)`` as displayed (EXIF orientation applied), or the reason it cannot be used.
 
     Reads headers and checks integrity cheaply: PIL's ``verify()`` (PNG chunk checksums and
-    structure) and, for JPEG, the end-of-image marker a truncated file lacks.
+    structure) and, for JPEG, the end-of-image marker a truncated file lacks. An image of more
+    than ``limit`` pixels (default ``max_image_pixels()``; 0: no limit) is refused from its header,
+    before any pixel is decoded.
     """
     from PIL import Image
 
+    limit = max_image_pixels() if limit is None else limit
     try:
         with Image.open(path) as image:
+            width, height = image.size
+            if limit and width * height > limit:
+                return _too_large(width, height, limit)
             image.verify()  # must come straight after open; the file is reopened below
         with Image.open(path) as image:
             image_format = image.format
@@ -107,6 +150,8 @@ def inspect_image(path: Path) -> tuple[int, int] | str:
                 handle.seek(-2, 2)
                 if handle.read(2) != b"\xff\xd9":
                     return "truncated JPEG (no end-of-image marker)"
+    except Image.DecompressionBombError as error:  # more than twice PIL's own limit: PIL refuses to open it
+        return f"{error} (PIL's limit, PIL.Image.MAX_IMAGE_PIXELS, above zoo's {MAX_IMAGE_PIXELS_VARIABLE})"
     except Exception as error:  # PIL raises many types (OSError, SyntaxError, ValueError...) for bad files
         return f"unreadable image ({type(error).__name__}: {error})"
     if width < 1 or height < 1:
@@ -119,15 +164,23 @@ def inspect_image(path: Path) -> tuple[int, int] | str:
 def usable_images(paths: Iterable[Path], report: ProblemReport) -> list[tuple[Path, tuple[int, int]]]:
     """The images of ``paths`` that can be read, with their ``(height, width)``; the others are reported.
 
-    Duplicates are dropped (first occurrence kept). Headers are checked on a few threads: the
+    Duplicates are dropped (first occurrence kept), and so is an image above the pixel limit
+    (``max_image_pixels``), with a warning naming it. Headers are checked on a few threads: the
     work is file I/O and decoding in C, which releases the GIL.
     """
     import os
+    import warnings
     from concurrent.futures import ThreadPoolExecutor
 
+    from PIL import Image
+
     unique = list(dict.fromkeys(paths))
-    with ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
-        outcomes = list(pool.map(inspect_image, unique, chunksize=64))
+    limit = max_image_pixels()
+    with warnings.catch_warnings(), ThreadPoolExecutor(max_workers=min(8, (os.cpu_count() or 1) * 2)) as pool:
+        # PIL warns about a large image as it opens the header; the limit check reports it by name instead.
+        # The filter is process-wide, so it is set here, around the pool, not in the threads.
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        outcomes = list(pool.map(lambda path: inspect_image(path, limit), unique, chunksize=64))
     usable = []
     for path, outcome in zip(unique, outcomes):
         if isinstance(outcome, str):
@@ -135,6 +188,25 @@ def usable_images(paths: Iterable[Path], report: ProblemReport) -> list[tuple[Pa
         else:
             usable.append((path, outcome))
     return usable
+
+
+def refuse_shared_annotations(pairs: Iterable[tuple[Path, Path]], what: str, *, only_existing: bool = True) -> None:
+    """``DatasetError`` naming two images whose annotation (``what``: a label file, a mask) would be one file.
+
+    Annotations are found by replacing an image's suffix, so ``a.jpg`` and ``a.png`` in one folder
+    share ``a.txt``; training both on it would give one picture the other's boxes. ``pairs`` are
+    ``(image, annotation)``; with ``only_existing`` (label files, masks) a shared annotation that does
+    not exist is no conflict (both are background images).
+    """
+    claimed: dict[Path, Path] = {}
+    for image, annotation in pairs:
+        first = claimed.setdefault(annotation, image)
+        if first != image and (not only_existing or annotation.exists()):
+            raise DatasetError(
+                f"{first} and {image} would share one {what}, {annotation}, and zoo cannot tell which picture it "
+                f"describes. Rename one image (e.g. {image.stem}_{image.suffix.lstrip('.').lower()}{image.suffix}) and its "
+                f"{what}, or remove the duplicate"
+            )
 
 
 def read_image(path: str | Path) -> "torch.Tensor":

@@ -27,7 +27,8 @@ import numpy as np
 
 from zoo_core.data.dataset_yaml import dataset_root, parse_names, read_dataset_yaml, resolve_under
 from zoo_core.data.errors import DatasetError, ProblemReport
-from zoo_core.data.images import images_from_entry, images_in_directory, usable_images
+from zoo_core.data.images import images_from_entry, images_in_directory, refuse_shared_annotations, usable_images
+from zoo_core.errors import excerpt
 
 __all__ = ["SemanticRecord", "SemanticYaml", "SemanticSplit", "DEFAULT_IGNORE_INDEX", "mask_path_for", "read_semantic_yaml", "index_semantic_split"]
 
@@ -81,7 +82,7 @@ def mask_path_for(image_path: Path, split: SemanticSplit) -> Path:
 def _parse_split(yaml_path: Path, root: Path, key: str, value: Any) -> SemanticSplit:
     if isinstance(value, dict):
         if set(value) != {"images", "masks"}:
-            raise DatasetError(f"{yaml_path}: {key!r} as a mapping needs exactly the keys 'images' and 'masks', got {sorted(value)}")
+            raise DatasetError(f"{yaml_path}: {key!r} as a mapping needs exactly the keys 'images' and 'masks', got {excerpt(sorted(map(str, value)))}")
         images_dir, masks_dir = resolve_under(root, value["images"]), resolve_under(root, value["masks"])
         for label, folder in (("images", images_dir), ("masks", masks_dir)):
             if not folder.is_dir():
@@ -89,7 +90,7 @@ def _parse_split(yaml_path: Path, root: Path, key: str, value: Any) -> SemanticS
         return SemanticSplit(images=[images_dir], masks=masks_dir)
     values = value if isinstance(value, list) else [value]
     if not all(isinstance(item, str) for item in values):
-        raise DatasetError(f"{yaml_path}: {key!r} must be {{images: dir, masks: dir}}, a path or a list of paths; got {value!r}")
+        raise DatasetError(f"{yaml_path}: {key!r} must be {{images: dir, masks: dir}}, a path or a list of paths; got {excerpt(value)}")
     return SemanticSplit(images=[resolve_under(root, item) for item in values])
 
 
@@ -100,7 +101,7 @@ def read_semantic_yaml(yaml_path: Path) -> SemanticYaml:
     names = parse_names(content.get("names"), str(yaml_path), content.get("nc"))
     ignore_index = content.get("ignore_index", DEFAULT_IGNORE_INDEX)
     if not isinstance(ignore_index, int) or isinstance(ignore_index, bool) or ignore_index in names:
-        raise DatasetError(f"{yaml_path}: ignore_index must be an integer that is not a class index (e.g. 255), got {ignore_index!r}")
+        raise DatasetError(f"{yaml_path}: ignore_index must be an integer that is not a class index (e.g. 255), got {excerpt(ignore_index)}")
     splits = {}
     for key in ("train", "val", "test"):
         value = content.get(key)
@@ -144,6 +145,7 @@ def index_semantic_split(split: SemanticSplit, names: Mapping[int, str], ignore_
     for entry in split.images:
         candidates.extend(images_in_directory(entry) if entry.is_dir() else images_from_entry(entry, report))
     images = usable_images(candidates, report)
+    refuse_shared_annotations([(image_path, mask_path_for(image_path, split)) for image_path, _ in images], "mask")
     pairs = []
     for image_path, shape in images:
         mask_path = mask_path_for(image_path, split)

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 from zoo_core.data.dataset_yaml import YAML_SUFFIXES, dataset_root, read_dataset_yaml, resolve_under
 from zoo_core.data.errors import DatasetError, ProblemReport
-from zoo_core.data.images import images_from_entry, images_in_directory, usable_images
+from zoo_core.data.images import images_from_entry, images_in_directory, refuse_shared_annotations, usable_images
+from zoo_core.errors import excerpt
 
 if TYPE_CHECKING:
     import torch
@@ -81,13 +82,13 @@ def parse_degradation(value: Any, where: str) -> dict[str, float]:
     if value is None:
         return dict(DEFAULT_DEGRADATION)
     if not isinstance(value, dict) or not set(value) <= {"scale", "noise"}:
-        raise DatasetError(f"{where}: degradation must be a mapping with keys scale and noise, got {value!r}")
+        raise DatasetError(f"{where}: degradation must be a mapping with keys scale and noise, got {excerpt(value)}")
     recipe = {**DEFAULT_DEGRADATION, **value}
     scale, noise = recipe["scale"], recipe["noise"]
     if not isinstance(scale, int) or isinstance(scale, bool) or scale < 1:
-        raise DatasetError(f"{where}: degradation.scale must be an integer >= 1 (1: no resampling), got {scale!r}")
+        raise DatasetError(f"{where}: degradation.scale must be an integer >= 1 (1: no resampling), got {excerpt(scale)}")
     if not isinstance(noise, (int, float)) or isinstance(noise, bool) or noise < 0:
-        raise DatasetError(f"{where}: degradation.noise must be a number >= 0 (0-255 units), got {noise!r}")
+        raise DatasetError(f"{where}: degradation.noise must be a number >= 0 (0-255 units), got {excerpt(noise)}")
     if scale == 1 and noise == 0:
         raise DatasetError(f"{where}: degradation with scale 1 and noise 0 leaves images unchanged; set scale > 1 or noise > 0")
     return {"scale": int(scale), "noise": float(noise)}
@@ -102,7 +103,7 @@ def _folder_split(folder: Path) -> RestoreSplit:
 def _yaml_split(yaml_path: Path, root: Path, key: str, value: Any) -> RestoreSplit:
     if isinstance(value, dict):
         if set(value) != {"input", "target"}:
-            raise DatasetError(f"{yaml_path}: {key!r} as a mapping needs exactly the keys 'input' and 'target', got {sorted(value)}")
+            raise DatasetError(f"{yaml_path}: {key!r} as a mapping needs exactly the keys 'input' and 'target', got {excerpt(sorted(map(str, value)))}")
         pair = {name: resolve_under(root, value[name]) for name in ("input", "target")}
         for name, folder in pair.items():
             if not folder.is_dir():
@@ -110,7 +111,7 @@ def _yaml_split(yaml_path: Path, root: Path, key: str, value: Any) -> RestoreSpl
         return RestoreSplit(input=pair["input"], target=pair["target"])
     values = value if isinstance(value, list) else [value]
     if not all(isinstance(item, str) for item in values):
-        raise DatasetError(f"{yaml_path}: {key!r} must be a folder, a list of folders or {{input: dir, target: dir}}; got {value!r}")
+        raise DatasetError(f"{yaml_path}: {key!r} must be a folder, a list of folders or {{input: dir, target: dir}}; got {excerpt(value)}")
     return RestoreSplit(clean=[resolve_under(root, item) for item in values])
 
 
@@ -139,6 +140,11 @@ def read_restore_layout(data: Path) -> RestoreLayout:
     raise DatasetError(f"restoration data {str(data)!r} does not exist; give a folder with train/ and val/, or a dataset YAML")
 
 
+def _pair_key(folder: Path, path: Path) -> str:
+    """What pairs a degraded input with its target: the relative path without the suffix."""
+    return path.relative_to(folder).with_suffix("").as_posix()
+
+
 def index_restore_split(split: RestoreSplit, what: str = "restoration split") -> list[RestoreRecord]:
     """Every usable sample of ``split``; unreadable or unpaired images are warned about and skipped."""
     report = ProblemReport(what)
@@ -151,12 +157,17 @@ def index_restore_split(split: RestoreSplit, what: str = "restoration split") ->
     else:
         assert split.input is not None and split.target is not None
         inputs_by_key = {}
-        for path in images_in_directory(split.input):
-            inputs_by_key[path.relative_to(split.input).with_suffix("").as_posix()] = path
+        input_paths = images_in_directory(split.input)
+        # Pairs are matched by relative path and stem: a.jpg and a.png in one folder would both claim one partner.
+        for folder, paths in ((split.input, input_paths), (split.target, images_in_directory(split.target))):
+            refuse_shared_annotations([(path, folder / _pair_key(folder, path)) for path in paths], "pairing key",
+                                      only_existing=False)
+        for path in input_paths:
+            inputs_by_key[_pair_key(split.input, path)] = path
         targets = usable_images(images_in_directory(split.target), report)
         inputs = dict(usable_images(list(inputs_by_key.values()), report))
         for target_path, target_shape in targets:
-            key = target_path.relative_to(split.target).with_suffix("").as_posix()
+            key = _pair_key(split.target, target_path)
             input_path = inputs_by_key.get(key)
             if input_path is None:
                 report.add(target_path, f"no degraded partner in {split.input} (same relative path and stem); skipped")

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from zoo_core.data.errors import DatasetError
-from zoo_core.paths import zoo_home
+from zoo_core.paths import sweep_stale_folders, zoo_home
 
 __all__ = [
     "SHAPES_CLASSES",
@@ -325,7 +325,11 @@ def materialize_shapes(config: ShapesConfig | str | None = None, cache: Path | N
     if target.is_dir():
         return target
     parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{config.directory_name}.", dir=parent))
+    # The staging folder names its owner (".<name>.<pid>-..."), so one left by a killed process is swept here
+    # by the next process that generates this dataset.
+    prefix = f".{config.directory_name}."
+    sweep_stale_folders([prefix], parent)
+    staging = Path(tempfile.mkdtemp(prefix=f"{prefix}{os.getpid()}-", dir=parent))
     try:
         write_shapes(config, staging)
         try:

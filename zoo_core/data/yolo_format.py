@@ -3,7 +3,10 @@
 A dataset YAML names the root (``path``), the splits (``train``, ``val``, optional ``test``: image
 folders, ``.txt`` lists of images, or lists of either) and the classes (``names``, a list or a
 mapping ``{0: name}``). The label file of an image is found by replacing the last ``/images/``
-component of its path with ``/labels/`` and the suffix with ``.txt``. Each line is
+component of its path with ``/labels/`` and the suffix with ``.txt``, so two images that differ only
+in their suffix (``a.jpg`` and ``a.png``) would share ``a.txt``: that is a ``DatasetError`` naming
+both (``refuse_shared_annotations``), never one image trained on the other's boxes. Label files may
+start with a UTF-8 byte-order mark and end lines with CRLF. Each line is
 ``class cx cy w h`` normalised to [0, 1] (a segment polygon ``class x1 y1 x2 y2 ...`` is read as
 its bounding box). An image without a label file, or with an empty one, is a background image.
 """
@@ -20,7 +23,7 @@ import numpy as np
 
 from zoo_core.data.dataset_yaml import dataset_root, parse_names, read_dataset_yaml, split_paths
 from zoo_core.data.errors import DatasetError, ProblemReport
-from zoo_core.data.images import images_from_entry, usable_images
+from zoo_core.data.images import images_from_entry, refuse_shared_annotations, usable_images
 
 __all__ = ["DetectionRecord", "DetectionYaml", "label_path_for", "read_labels", "read_detection_yaml", "index_detection_split"]
 
@@ -88,7 +91,9 @@ def _parse_line(fields: list[str], num_classes: int) -> tuple[np.ndarray | None,
 def read_labels(label_path: Path, num_classes: int, report: ProblemReport) -> np.ndarray | None:
     """The usable boxes of ``label_path`` (n×5), every bad line reported; ``None`` if the file is unreadable."""
     try:
-        text = label_path.read_text(encoding="utf-8")
+        # utf-8-sig: a byte-order mark (Windows tools write one) would otherwise glue itself to the first class
+        # id and drop the file's first box. CRLF line ends are split by splitlines() below.
+        text = label_path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         report.add(label_path, f"unreadable label file ({type(error).__name__}: {error}); its image is skipped")
         return None
@@ -127,7 +132,9 @@ def index_detection_split(entries: list[Path], names: Mapping[int, str], what: s
     for entry in entries:
         candidates.extend(images_from_entry(entry, report))
     records = []
-    for image_path, (height, width) in usable_images(candidates, report):
+    usable = usable_images(candidates, report)
+    refuse_shared_annotations([(image_path, label_path_for(image_path)) for image_path, _ in usable], "label file")
+    for image_path, (height, width) in usable:
         label_path = label_path_for(image_path)
         labels: Any = np.zeros((0, 5), dtype=np.float32)
         if label_path.is_file():

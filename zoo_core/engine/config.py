@@ -15,7 +15,7 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from zoo_core.engine.schedule import ScheduleName
-from zoo_core.errors import TrainConfigError
+from zoo_core.errors import TrainConfigError, excerpt
 from zoo_core.registry import ImageSize, normalise_image_size
 
 __all__ = ["TrainConfig", "RESUME_OVERRIDABLE"]
@@ -156,7 +156,7 @@ class TrainConfig(BaseModel):
             for item in error.errors():
                 key = ".".join(str(part) for part in item["loc"]) or "(arguments)"
                 given = merged.get(str(item["loc"][0])) if item["loc"] else None
-                problems.append(f"training argument {key!r}={given!r} is invalid: {item['msg']}")
+                problems.append(f"training argument {key!r}={excerpt(given)} is invalid: {item['msg']}")
             raise TrainConfigError("; ".join(problems)) from None
 
     def for_checkpoint(self) -> dict[str, Any]:

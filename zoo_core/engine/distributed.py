@@ -14,6 +14,8 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from zoo_core.errors import PeerFailedError
+
 if TYPE_CHECKING:
     import torch
 
@@ -110,7 +112,10 @@ class DistributedContext:
         return tensor.tolist()
 
     def compute_on_main(self, compute: Callable[[], Any]) -> Any:
-        """Run ``compute`` on rank 0 only and give every rank its value, or its failure (never a hang)."""
+        """Run ``compute`` on rank 0 only and give every rank its value, or its failure (never a hang).
+
+        Rank 0 raises its own error; the other ranks raise ``PeerFailedError`` quoting it.
+        """
         if not self.distributed:
             return compute()
         outcome = None
@@ -122,7 +127,8 @@ class DistributedContext:
                 raise
         status, payload = self.broadcast_object(outcome)
         if status == "error":
-            raise RuntimeError(f"rank 0 failed, so rank {self.rank} stops too: {payload}")
+            # Its own type, so the launcher blames rank 0 (whose error this is), not the rank that reported first.
+            raise PeerFailedError(f"rank 0 failed, so rank {self.rank} stops too: {payload}")
         return payload
 
     def close(self) -> None:

@@ -54,6 +54,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from zoo_core import errors
 from zoo_core.engine.distributed import LOOPBACK, find_free_port, is_address_in_use_error, torchrun_environment
 from zoo_core.errors import MasterPortInUseError, UnpicklableArgumentError, WorkerFailedError
+from zoo_core.paths import SPAWN_PREFIX, owned_temp_dir, process_alive, sweep_stale_folders
 
 __all__ = [
     "LaunchPlan",
@@ -73,7 +74,7 @@ __all__ = [
 PORT_ATTEMPTS = 3
 GRACE_SECONDS = 3.0  # how long the other workers get to exit on their own after a failure
 INTERRUPT_GRACE_SECONDS = 60.0  # how long workers get after Ctrl-C to finish the checkpoint being written
-WORKDIR_PREFIX = "zoo-spawn-"
+WORKDIR_PREFIX = SPAWN_PREFIX  # zoo-spawn-<pid>-...: swept by a later launch once <pid> is dead (paths.py)
 # What the forkserver imports once for all the workers it forks, with the modules of the run's task
 # (its ``preloaded_modules``: its own module, and the metrics when the run validates, which imported
 # in each worker at its first validation would cost every rank those seconds at once). torch and
@@ -110,34 +111,15 @@ class LaunchPlan:
 # --------------------------------------------------------------------------- files
 @contextlib.contextmanager
 def private_workdir() -> Iterator[Path]:
-    """A private temp directory for one launch, removed afterwards (stale ones of dead parents are swept first)."""
-    _sweep_stale_workdirs()
-    directory = Path(tempfile.mkdtemp(prefix=f"{WORKDIR_PREFIX}{os.getpid()}-"))
-    try:
+    """A private temp directory for one launch, removed afterwards; first, every temp folder zoo left behind
+    for a dead owner (zoo-spawn-*, zoo-weights-*) is swept (``paths.owned_temp_dir``)."""
+    with owned_temp_dir(WORKDIR_PREFIX) as directory:
         yield directory
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _sweep_stale_workdirs() -> None:
     """Remove spawn directories whose creating process no longer exists (it was killed mid-run)."""
-    for candidate in Path(tempfile.gettempdir()).glob(f"{WORKDIR_PREFIX}*-*"):
-        owner = candidate.name[len(WORKDIR_PREFIX):].split("-", 1)[0]
-        if not owner.isdigit() or _process_exists(int(owner)):
-            continue
-        with contextlib.suppress(OSError):
-            if candidate.is_dir() and candidate.stat().st_uid == os.getuid():
-                shutil.rmtree(candidate, ignore_errors=True)
-
-
-def _process_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's live process
-    return True
+    sweep_stale_folders([WORKDIR_PREFIX])
 
 
 def pickle_arguments(arguments: Mapping[str, Any]) -> dict[str, bytes]:
@@ -513,7 +495,9 @@ def _first_failure(failed: list[int], processes: list[Any], errors_dir: Path, bo
     if killed:
         return _Failure(killed[0], processes[killed[0]].exitcode, None)
     if records:
-        first = min(records, key=lambda record: record["time"])
+        # The first error in time, but never a rank that only stopped because another one failed
+        # (PeerFailedError): it may record before the rank that failed does.
+        first = min(records, key=lambda record: (record.get("type", "").endswith(".PeerFailedError"), record["time"]))
         return _Failure(first["rank"], processes[first["rank"]].exitcode, first)
     return _Failure(failed[0], processes[failed[0]].exitcode, None)
 
@@ -531,23 +515,51 @@ def _stop(processes: list[Any]) -> None:
 
 
 # --------------------------------------------------------------------------- worker side
-def _die_with_parent(parent_pid: int) -> None:
-    """Exit as soon as the launching process dies (E21): PR_SET_PDEATHSIG on Linux, plus a watchdog thread.
+WATCHDOG_SECONDS = 0.5  # how often a worker checks that the launching process still runs
 
-    Under a forkserver the worker's parent is the forkserver, which exits when the launching
-    process does; the watchdog also watches the launching process itself.
+
+def _release_forkserver_alive_fd() -> None:
+    """Close this worker's copy of the write end of the forkserver's "alive" pipe.
+
+    The forkserver exits when every copy of that pipe's write end is closed, which is meant to
+    happen when the launching process dies. But multiprocessing hands a copy to every process the
+    forkserver forks (so that it could fork from the same server), and while a worker held one, a
+    dead launcher's forkserver stayed up, and with it the workers' parent: PR_SET_PDEATHSIG never
+    fired, and workers of a parent killed by SIGTERM trained on for 13-16 s (until the zombie
+    parent was reaped). zoo's workers never fork from the forkserver, so they give their copy up.
+    """
+    import multiprocessing.forkserver
+
+    server = multiprocessing.forkserver._forkserver
+    descriptor = getattr(server, "_forkserver_alive_fd", None)
+    if descriptor is not None:
+        with contextlib.suppress(OSError):
+            os.close(descriptor)
+        server._forkserver_alive_fd = None
+
+
+def _die_with_parent(parent_pid: int) -> None:
+    """Exit within about a second of the launching process's death, however it died (E21).
+
+    Two mechanisms: PR_SET_PDEATHSIG on Linux (SIGKILL when the direct parent exits: the launching
+    process when spawned, the forkserver under a forkserver, which exits once the launcher and its
+    workers have closed the "alive" pipe, ``_release_forkserver_alive_fd``), and a watchdog thread
+    that checks the launching process itself every ``WATCHDOG_SECONDS``. The watchdog counts a zombie
+    as dead (``paths.process_alive`` reads ``/proc/<pid>/status``): a launcher killed while its own
+    parent does not reap it stays a zombie, and ``os.kill(pid, 0)`` still finds it.
     """
     if sys.platform.startswith("linux"):
         with contextlib.suppress(OSError, AttributeError):
             ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    _release_forkserver_alive_fd()
     direct_parent = os.getppid()
-    if direct_parent == 1 or not _process_exists(parent_pid):  # the parent died before prctl took effect
+    if direct_parent == 1 or not process_alive(parent_pid):  # the parent died before prctl took effect
         os._exit(1)
 
     def watch() -> None:
         while True:
-            time.sleep(1.0)
-            if os.getppid() != direct_parent or not _process_exists(parent_pid):
+            time.sleep(WATCHDOG_SECONDS)
+            if os.getppid() != direct_parent or not process_alive(parent_pid):
                 os._exit(1)
 
     threading.Thread(target=watch, name="zoo-parent-watchdog", daemon=True).start()

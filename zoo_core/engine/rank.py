@@ -74,8 +74,13 @@ def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager
     the new class count and every tensor whose name and shape both models share is carried over from
     ``spec``'s weights; only the class-dependent tensors start fresh (``report``: print which). They
     are drawn from a generator of the run's ``seed`` alone, so no draw made earlier in the process
-    (another model's initialisation, another test) changes them.
+    (another model's initialisation, another test) changes them. A model the caller built fresh
+    (``spec.source`` is None: no file it was loaded from) reports that it is randomly initialised
+    instead: nothing of it is "kept" from pretraining.
     """
+    if report and spec.source is None:
+        classes = data.num_classes if data.names else spec.num_classes
+        print(f"{spec.name}: randomly initialised (built fresh, no weights file), {classes} classes", flush=True)
     if not data.names or data.num_classes == spec.num_classes:
         names = dict(data.names) if data.names else dict(spec.names)
         return build_from_spec(spec, manager), spec.replace(names=names)
@@ -87,9 +92,9 @@ def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager
     kept = {key: value for key, value in trained.items() if key in wanted and wanted[key].shape == value.shape}
     adapted.load_state_dict(kept, strict=False)
     fresh = [key for key in wanted if key not in kept]
-    if report and fresh:
-        print(f"{spec.name}: {spec.num_classes} -> {data.num_classes} classes; kept {len(kept)} of {len(wanted)} tensors, "
-              f"re-initialised the class-dependent ones: {', '.join(fresh)}", flush=True)
+    if report and fresh and spec.source is not None:  # fine-tuning what spec.source held
+        print(f"{spec.name}: {spec.num_classes} -> {data.num_classes} classes; kept {len(kept)} of {len(wanted)} tensors "
+              f"of {spec.source.name}, re-initialised the class-dependent ones: {', '.join(fresh)}", flush=True)
     return adapted, spec.replace(num_classes=data.num_classes, names=dict(data.names))
 
 

@@ -44,11 +44,11 @@ from zoo_core.engine.seeding import loader_generator, loader_seed, seed_everythi
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
 from zoo_core.engine.train_result import EpochReport, TrainResult
 from zoo_core.engine.validation import shown_losses, validation_losses
-from zoo_core.errors import BatchSizeError, TrainingDivergedError
+from zoo_core.errors import BatchSizeError, RunDirectoryError, TrainingDivergedError
 from zoo_core.registry import ImageSize, image_size_hw
 from zoo_core.reports.results_plot import plot_results
 from zoo_core.reports.validation_report import BATCHES_DRAWN, ValidationReport
-from zoo_core.run_dirs import next_run_dir
+from zoo_core.run_dirs import RunDirectoryClaim, claim_run_dir, next_run_dir
 from zoo_core.tasks.base import AugmentSettings, DataSpec
 from zoo_core.weights import ModelMeta
 
@@ -152,21 +152,44 @@ class Trainer:
         self.best_weights: dict[str, torch.Tensor] | None = None
         self.first_epoch = 0
         self.run_dir = Path()
+        self.claim: RunDirectoryClaim | None = None  # rank 0's lock on the run folder while it trains
         self.callbacks = CallbackList([])
 
     # ----------------------------------------------------------------- set-up
     def _run_directory(self) -> Path:
-        if self.checkpoint is not None:
-            run_dir = Path(self.checkpoint["run_dir"])
-        else:
-            run_dir = self.context.compute_on_main(
-                lambda: next_run_dir(self.meta.task, self.config.name, self.config.project, exist_ok=self.config.exist_ok)
-            )
-        if self.context.is_main:
-            (run_dir / "weights").mkdir(parents=True, exist_ok=True)
-            for stale in (run_dir / "weights").glob(".*.tmp"):  # left by a process killed mid-write
-                stale.unlink(missing_ok=True)
-        return Path(run_dir)
+        """The run folder, created and claimed on rank 0 (every rank gets its name, or rank 0's error).
+
+        The claim (``run_dirs.claim_run_dir``) keeps a second run out of the folder while this one
+        trains, with or without ``exist_ok`` and for a resume too; stale temp files of a writer killed
+        mid-write are removed only once the folder is ours.
+        """
+        def claimed() -> Path:
+            if self.checkpoint is not None:
+                run_dir = Path(self.checkpoint["run_dir"])
+                try:
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                except OSError as error:
+                    raise RunDirectoryError(f"cannot create the run folder {run_dir} to resume into "
+                                            f"({error.strerror or error})") from None
+            else:
+                run_dir = next_run_dir(self.meta.task, self.config.name, self.config.project, exist_ok=self.config.exist_ok)
+            self.claim = claim_run_dir(run_dir)
+            try:
+                (run_dir / "weights").mkdir(parents=True, exist_ok=True)
+                for stale in (run_dir / "weights").glob(".*.tmp"):  # left by a process killed mid-write
+                    stale.unlink(missing_ok=True)
+            except OSError as error:
+                self._release_claim()
+                raise RunDirectoryError(f"cannot write in the run folder {run_dir} ({error.strerror or error}); "
+                                        "choose a writable project=, or fix the folder's permissions") from None
+            return run_dir
+
+        return Path(self.context.compute_on_main(claimed))
+
+    def _release_claim(self) -> None:
+        if self.claim is not None:
+            self.claim.release()
+            self.claim = None
 
     def _placed_model(self) -> nn.Module:
         """The model on this rank's device, frozen where ``freeze`` says, with SyncBatchNorm where E8 asks for it."""
@@ -291,6 +314,8 @@ class Trainer:
             if self.context.is_main and fresh_directory and not any((self.run_dir / "weights").glob("*.pt")):
                 shutil.rmtree(self.run_dir, ignore_errors=True)  # nothing worth keeping: no checkpoint was written
             raise
+        finally:
+            self._release_claim()  # after the last write (fit waits for the checkpoint writer)
 
     def _fit(self) -> TrainResult:
         config, context = self.config, self.context
