@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from zoo_core.cli import main
 from zoo_core.registry import load_registry
 
@@ -79,6 +81,18 @@ def test_a_word_that_is_neither_flag_nor_key_value_is_one_clear_error(capsys):
     assert "'lr0' is neither (write it as key=value" in capsys.readouterr().err
     assert main(["train", "resnet18", "data=x", "--data", "y"]) == 2
     assert "data is given twice" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("words", [["train", "resnet18", "--epoch", "3"], ["train", "resnet18", "--epoch=3"],
+                                   ["val", "resnet18", "--dat", "shapes"], ["list", "--ddp"]])
+def test_an_abbreviated_flag_is_an_unknown_argument_with_a_suggestion(words, capsys):
+    # argparse's default would read --epoch as --epochs (and --ddp as --ddp-capable) without a word.
+    with pytest.raises(SystemExit) as stopped:
+        main(words)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert f"unrecognized arguments: {words[2] if words[0] != 'list' else '--ddp'}" in error
+    assert "did you mean --" in error
 
 
 def test_a_broken_pipe_ends_quietly(tmp_path):
