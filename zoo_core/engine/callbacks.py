@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import csv
 import logging
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from zoo_core.engine.train_result import EpochReport, TrainResult
+from zoo_core.errors import warn
 
 __all__ = ["Callback", "CsvLogger", "TensorBoardLogger", "CallbackList", "make_loggers"]
 
@@ -72,7 +72,7 @@ class TensorBoardLogger(Callback):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            warnings.warn("loggers=['tensorboard'] needs the tensorboard package (pip install tensorboard); skipping it", stacklevel=2)
+            warn("loggers=['tensorboard'] needs the tensorboard package (pip install tensorboard); skipping it")
             return
         self.writer = SummaryWriter(log_dir=str(run_dir))
 

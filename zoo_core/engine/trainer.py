@@ -16,7 +16,6 @@ import random
 import shutil
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ from zoo_core.engine.seeding import loader_generator, loader_seed, seed_everythi
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
 from zoo_core.engine.train_result import EpochReport, TrainResult
 from zoo_core.engine.validation import shown_losses, validation_losses
-from zoo_core.errors import BatchSizeError, RunDirectoryError, TrainingDivergedError
+from zoo_core.errors import BatchSizeError, RunDirectoryError, TrainingDivergedError, TrainingWarning, warn
 from zoo_core.registry import ImageSize, image_size_hw
 from zoo_core.reports.results_plot import plot_results
 from zoo_core.reports.validation_report import BATCHES_DRAWN, ValidationReport
@@ -205,7 +204,7 @@ class Trainer:
             if self.sync_bn:
                 model = convert_sync_batchnorm(model, self.device, timeout_seconds=config.ddp_timeout)
             elif per_rank < 16 and context.is_main:
-                warnings.warn(SMALL_BATCH_WARNING.format(per_rank=per_rank), stacklevel=caller_stacklevel())
+                warn(SMALL_BATCH_WARNING.format(per_rank=per_rank), TrainingWarning)
         if config.cuda_graph:
             if context.distributed:
                 console(context, config, "cuda_graph=True is not used under DDP; training eagerly")
@@ -425,7 +424,7 @@ class Trainer:
             return 0
         if self.context.distributed:
             if self.context.is_main:
-                warnings.warn("profile=True is ignored under DDP; profile a single-device run", stacklevel=3)
+                warn("profile=True is ignored under DDP; profile a single-device run")
             return 0
         return 10
 
@@ -686,17 +685,6 @@ def freeze_parameters(model: nn.Module, freeze: int | list[str]) -> int:
     if missing:
         raise TrainConfigError(f"freeze names {missing} match no parameter; the top-level modules are {', '.join(children)}")
     return frozen
-
-
-def caller_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning point at the first frame outside zoo: the user's call."""
-    import inspect
-
-    package = str(Path(__file__).resolve().parents[1])
-    for level, frame in enumerate(inspect.stack()[1:], start=1):
-        if not str(Path(frame.filename).resolve()).startswith(package):
-            return level
-    return 2
 
 
 def _detached_state(model: nn.Module) -> dict[str, torch.Tensor]:
