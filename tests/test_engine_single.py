@@ -100,6 +100,21 @@ def test_training_leaves_the_matplotlib_backend_alone_and_a_failed_run_leaves_no
     assert not list(Path("runs").glob("classify/broken*")), "a run that wrote no checkpoint left its folder"
 
 
+def test_add_callback_calls_a_function_at_its_event_and_a_plain_function_in_callbacks_names_the_fix(data):
+    epochs, steps, starts, ends = [], [], [], []
+    model = LibreYOLO("tinynet-s")
+    model.add_callback("on_train_start", lambda run_dir, config: starts.append(config["epochs"]))
+    model.add_callback("optimizer_step", steps.append)
+    model.add_callback("on_train_epoch_end", lambda report: epochs.append(report.epoch))
+    model.add_callback("on_train_end", ends.append)
+    result = model.train(data=str(data), **FAST)
+    assert starts == [2] and epochs == [1, 2] and ends == [result] and steps == list(range(1, len(steps) + 1)) and steps
+    with pytest.raises(TrainConfigError, match=r"callbacks\[0\] = .* is a plain function.*add_callback\('on_train_epoch_end', fn\)"):
+        LibreYOLO("tinynet-s").train(data=str(data), callbacks=[print], **FAST)
+    with pytest.raises(TrainConfigError, match=r"unknown event 'on_train_epoch_ends'\. Did you mean 'on_train_epoch_end'\?"):
+        LibreYOLO("tinynet-s").add_callback("on_train_epoch_ends", print)
+
+
 def test_freeze_keeps_the_named_modules_fixed_and_names_what_matches_nothing(data):
     from zoo_core.errors import TrainConfigError
 

@@ -144,11 +144,32 @@ def test_prepare_workers_starts_the_forkserver_before_train_for_several_devices_
 # --------------------------------------------------------------------------- E4, E5, E13 (refused before any worker)
 def test_e4_a_lambda_callback_is_refused_before_spawning(data):
     model = LibreYOLO("tinynet-s")
+    model.add_callback("on_train_epoch_end", lambda report: None)
     with pytest.raises(UnpicklableArgumentError) as caught:
-        model.train(data=str(data), device="cpu,cpu", callbacks=[lambda report: None], **FAST)
+        model.train(data=str(data), device="cpu,cpu", **FAST)
     message = str(caught.value)
-    assert "callbacks[0]" in message and "module level" in message and "loggers=['csv', 'tensorboard']" in message
+    assert "callbacks[0] = add_callback('on_train_epoch_end', <function" in message
+    assert "module level" in message and "loggers=['csv', 'tensorboard']" in message
     assert not Path("runs").exists() and not multiprocessing.active_children()
+
+
+def record_epoch(report) -> None:
+    """A module-level callback function (picklable): notes the epoch and the process that ran it."""
+    import os
+
+    with open(report.run_dir / "epochs.txt", "a", encoding="utf-8") as stream:
+        stream.write(f"{report.epoch} {os.getpid()} {os.environ.get('RANK', 'none')}\n")
+
+
+def test_add_callback_runs_a_module_level_function_in_rank_0_of_a_spawned_run(data):
+    import os
+
+    model = LibreYOLO("tinynet-s")
+    model.add_callback("on_train_epoch_end", record_epoch)
+    result = model.train(data=str(data), device="cpu,cpu", **{**FAST, "epochs": 2})
+    lines = [line.split() for line in (result.run_dir / "epochs.txt").read_text().splitlines()]
+    assert [(epoch, rank_name) for epoch, _, rank_name in lines] == [("1", "0"), ("2", "0")]
+    assert all(int(pid) != os.getpid() for _, pid, _ in lines)  # it ran in the worker, not here
 
 
 def test_e5_indivisible_batch_is_refused_before_any_worker_starts(data):

@@ -147,6 +147,10 @@ class TrainConfig(BaseModel):
                 f"unknown training argument {key!r} in {origin}.{hint} "
                 f"Accepted arguments: {', '.join(cls.model_fields)}"
             )
+        if isinstance(merged.get("callbacks"), (list, tuple)):
+            from zoo_core.engine.callbacks import check_callbacks
+
+            check_callbacks(merged["callbacks"])  # before pydantic: list[Any] would accept a function never called
         if "data" not in merged:
             raise TrainConfigError(f"{source} needs data=...: a built-in dataset name ('shapes'), a dataset YAML or a folder")
         try:
