@@ -90,7 +90,8 @@ class TrainConfig(BaseModel):
     compile: bool = Field(False, description="run the model's training forward (and its backward) through torch.compile; "
                           "the first steps compile for a while (minutes on a CPU), see benchmarks/compile_gain.py")
     freeze: int | list[str] | None = Field(
-        None, description="keep these parameters fixed: the first N top-level modules, or a list of name prefixes"
+        None, description="keep these parameters fixed: the first N blocks in forward order (engine/freezing.py says "
+                          "what a block is; the run prints their names), or a list of name prefixes ['backbone']"
     )
     profile: bool = False
 
