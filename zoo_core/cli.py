@@ -267,13 +267,19 @@ def _looks_like_key_value(word: str) -> bool:
     return bool(separator) and key.replace("-", "_").isidentifier()
 
 
-def command_settings(arguments: argparse.Namespace) -> dict[str, Any]:
+def command_settings(arguments: argparse.Namespace, require_model: bool = True) -> dict[str, Any]:
     """Every argument of a model command, from its flags, positional words and ``key=value`` words.
 
-    A key given twice with two values is a ``TrainConfigError`` naming it.
+    A key given twice with two values is a ``TrainConfigError`` naming it; so is a missing model,
+    unless ``require_model`` is False (``zoo train resume=...`` finds it in the checkpoint).
     """
     command = arguments.command
     words = [*arguments.words, *getattr(arguments, "extra", [])]
+    resume_flag = getattr(arguments, "resume", None)
+    if isinstance(resume_flag, str) and _looks_like_key_value(resume_flag):
+        # `zoo train --resume epochs=3`: argparse gave the flag the next word, which is an argument of its own.
+        words.append(resume_flag)
+        arguments.resume = True
     pairs = [word for word in words if _looks_like_key_value(word)]
     plain = [word for word in words if not _looks_like_key_value(word)]
     settings = parse_key_values(pairs)
@@ -294,20 +300,47 @@ def command_settings(arguments: argparse.Namespace) -> dict[str, Any]:
         if key in settings and settings[key] != value:
             raise TrainConfigError(f"{key} is given twice: --{key.replace('_', '-')} {value!r} and {key}={settings[key]!r}")
         settings[key] = value
-    if "model" not in settings:
+    if "model" not in settings and require_model:
         raise TrainConfigError(f"zoo {command} needs a model: a name (yolo9-t) or a weights file, as MODEL or model=...")
+    return settings
+
+
+def _is_resume(value: Any) -> bool:
+    return value is not None and value is not False and str(value).strip().lower() not in ("", "false", "no", "off", "0")
+
+
+def _resume_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A resume as Ultralytics users type it: the model and the run's arguments come from the checkpoint.
+
+    ``resume=PATH`` (or ``--resume PATH``) without a model resumes PATH; ``resume=true`` without a model
+    the newest run under ``project`` (``runs``); with a model (``zoo train runs/.../last.pt resume=true``),
+    the model's own run, as ``train(resume=True)`` does. ``data`` and the other arguments are the run's own.
+    """
+    from zoo_core.engine.resume import newest_checkpoint
+
+    resume = settings["resume"]
+    flag_true = resume is True or str(resume).strip().lower() in ("true", "yes", "on", "1")
+    if "model" not in settings:
+        settings["model"] = str(newest_checkpoint(settings.get("project", "runs")) if flag_true else resume)
+    settings["resume"] = True if flag_true else str(resume)
     return settings
 
 
 def command_train(arguments: argparse.Namespace) -> int:
     """``zoo train MODEL data=D [key=value ...]``: train and print the result and where it is."""
-    settings = command_settings(arguments)
+    settings = command_settings(arguments, require_model=False)
+    resuming = _is_resume(settings.get("resume"))
+    if resuming:
+        settings = _resume_settings(settings)
+    elif "model" not in settings:
+        raise TrainConfigError("zoo train needs a model: a name (yolo9-t) or a weights file, as MODEL or model=... "
+                               "(or resume=path/to/last.pt, or resume=true for the newest run)")
     from zoo_core.engine.launcher import prepare_workers
 
     # The workers' imports then run while this process imports the same and builds the model.
     prepare_workers(settings.get("device"), validates=settings.get("val", True) is not False)
     model = _model(settings.pop("model"))
-    if "data" not in settings:
+    if "data" not in settings and not resuming:  # a resume trains on the run's own data
         raise TrainConfigError("zoo train needs data=...: 'shapes', a dataset YAML or a folder")
     result = model.train(**settings)
     metrics = "  ".join(f"{name} {value:.4f}" for name, value in result.metrics.items()) or "no validation"
@@ -393,7 +426,8 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--project")
     training.add_argument("--name")
     training.add_argument("--seed", type=int)
-    training.add_argument("--resume", nargs="?", const=True, default=None, help="continue a run (optionally: its last.pt)")
+    training.add_argument("--resume", nargs="?", const=True, default=None,
+                          help="continue a run: its last.pt, or (alone) the model's newest run, or with no model the newest in runs/")
     training.set_defaults(handler=command_train)
 
     validation = commands.add_parser("val", allow_abbrev=False, help="validate a model on a dataset")
