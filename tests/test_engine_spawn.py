@@ -232,8 +232,8 @@ def test_e8_e11_e12_sync_bn_default_warning_timeout_and_ddp_off_switches(data, t
         path.unlink()
     LibreYOLO("tinynet-s", options={"trace_dir": str(trace)}).train(data=str(data), device="cpu,cpu", **FAST)
     assert "sync_bn is off" not in capfd.readouterr().err
-    for rank in (0, 1):
-        assert {line.split()[0] for line in (trace / f"rank{rank}.txt").read_text().splitlines()} == {"CpuSyncBatchNorm"}
+    for rank_index in (0, 1):
+        assert {line.split()[0] for line in (trace / f"rank{rank_index}.txt").read_text().splitlines()} == {"CpuSyncBatchNorm"}
 
 
 # --------------------------------------------------------------------------- E10 and two-rank determinism
@@ -344,5 +344,5 @@ def test_e19_early_stopping_on_rank0_stops_every_rank_at_the_same_epoch(data, tm
     result = model.train(data=str(data), device="cpu,cpu", patience=2, optimizer="SGD", lr0=1e-12, **{**FAST, "epochs": 20})
     assert result.stopped_early and result.epochs_completed == 3
     steps_per_epoch = 3  # 24 images, 4 per rank per step
-    for rank in (0, 1):
-        assert len((trace / f"rank{rank}.txt").read_text().splitlines()) == 3 * steps_per_epoch
+    for rank_index in (0, 1):
+        assert len((trace / f"rank{rank_index}.txt").read_text().splitlines()) == 3 * steps_per_epoch
