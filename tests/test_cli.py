@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from zoo_core.cli import main
 from zoo_core.registry import load_registry
 
@@ -81,6 +83,18 @@ def test_a_word_that_is_neither_flag_nor_key_value_is_one_clear_error(capsys):
     assert "data is given twice" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("words", [["train", "resnet18", "--epoch", "3"], ["train", "resnet18", "--epoch=3"],
+                                   ["val", "resnet18", "--dat", "shapes"], ["list", "--ddp"]])
+def test_an_abbreviated_flag_is_an_unknown_argument_with_a_suggestion(words, capsys):
+    # argparse's default would read --epoch as --epochs (and --ddp as --ddp-capable) without a word.
+    with pytest.raises(SystemExit) as stopped:
+        main(words)
+    assert stopped.value.code == 2
+    error = capsys.readouterr().err
+    assert f"unrecognized arguments: {words[2] if words[0] != 'list' else '--ddp'}" in error
+    assert "did you mean --" in error
+
+
 def test_a_broken_pipe_ends_quietly(tmp_path):
     import subprocess
     import sys
@@ -142,3 +156,41 @@ def test_train_on_several_devices_starts_the_workers_before_building_the_model(m
     calls.clear()
     main(["train", "resnet18", "--data", "shapes", "--device", "cpu,cpu"])
     assert calls == ["model"]  # torchrun started the ranks already
+
+
+def _checkpoint_epoch(path: str) -> int:
+    import torch
+
+    return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
+
+
+def test_zoo_train_resumes_in_every_form_ultralytics_users_type(tmp_path, capsys):
+    from .support import use_test_families, write_class_folders
+
+    use_test_families()
+    data = write_class_folders(tmp_path / "data", per_class=4, val_per_class=2, size=16)
+    # time= stops every run after one epoch of ten, as an interruption would: each resume then trains one more.
+    assert main(["train", "tinynet-s", f"data={data}", "epochs=10", "time=1e-9", "imgsz=16", "batch=8", "device=cpu",
+                 "workers=0", "val=false", "plots=false", "verbose=false"]) == 0
+    last = "runs/classify/train/weights/last.pt"
+    forms = [
+        ["train", f"resume={last}"],
+        ["train", "--resume", last],
+        ["train", last, "resume=true"],
+        ["train", "resume=true"],  # no model: the newest run under runs/
+        ["train", "--resume"],
+        ["train", "--resume", "workers=0"],  # the flag alone, then a key=value argument
+    ]
+    for expected_epoch, words in enumerate(forms, start=1):
+        capsys.readouterr()
+        assert main(words) == 0, f"{words}: {capsys.readouterr().err}"
+        assert "run directory: runs/classify/train " in capsys.readouterr().out, words  # the same run, continued
+        assert _checkpoint_epoch(last) == expected_epoch, words
+
+
+def test_zoo_train_resume_true_with_no_run_says_where_it_looked(capsys):
+    assert main(["train", "resume=true"]) == 2
+    error = capsys.readouterr().err
+    assert "resume=true without a model continues the newest run under runs/" in error and "resume=runs/" in error
+    assert main(["train"]) == 2
+    assert "zoo train needs a model" in capsys.readouterr().err

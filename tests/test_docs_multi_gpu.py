@@ -49,4 +49,4 @@ def test_the_page_runs_top_to_bottom(tmp_path):
         outputs[block.title] = result.stdout
     assert "global batch 32, accumulate 1" in outputs["train_autobatch.py"]
     assert outputs["train_resume.py"].strip().endswith("2")
-    assert "epoch 1: fitness" in outputs["train_callbacks.py"]
+    assert "epoch 1: fitness" in outputs["train_callbacks.py"] and "epoch 1: lr " in outputs["train_callbacks.py"]

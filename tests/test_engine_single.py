@@ -100,18 +100,52 @@ def test_training_leaves_the_matplotlib_backend_alone_and_a_failed_run_leaves_no
     assert not list(Path("runs").glob("classify/broken*")), "a run that wrote no checkpoint left its folder"
 
 
-def test_freeze_keeps_the_named_modules_fixed_and_names_what_matches_nothing(data):
+def test_add_callback_calls_a_function_at_its_event_and_a_plain_function_in_callbacks_names_the_fix(data):
+    epochs, steps, starts, ends = [], [], [], []
+    model = LibreYOLO("tinynet-s")
+    model.add_callback("on_train_start", lambda run_dir, config: starts.append(config["epochs"]))
+    model.add_callback("optimizer_step", steps.append)
+    model.add_callback("on_train_epoch_end", lambda report: epochs.append(report.epoch))
+    model.add_callback("on_train_end", ends.append)
+    result = model.train(data=str(data), **FAST)
+    assert starts == [2] and epochs == [1, 2] and ends == [result] and steps == list(range(1, len(steps) + 1)) and steps
+    with pytest.raises(TrainConfigError, match=r"callbacks\[0\] = .* is a plain function.*add_callback\('on_train_epoch_end', fn\)"):
+        LibreYOLO("tinynet-s").train(data=str(data), callbacks=[print], **FAST)
+    with pytest.raises(TrainConfigError, match=r"unknown event 'on_train_epoch_ends'\. Did you mean 'on_train_epoch_end'\?"):
+        LibreYOLO("tinynet-s").add_callback("on_train_epoch_ends", print)
+
+
+def test_freeze_keeps_the_named_modules_fixed_and_names_what_matches_nothing(data, capsys):
     from zoo_core.errors import TrainConfigError
 
     model = LibreYOLO("tinynet-s")
     before = {key: value.clone() for key, value in model.model.state_dict().items()}
-    model.train(data=str(data), freeze=["body"], **FAST)
+    model.train(data=str(data), freeze=["body"], **{**FAST, "verbose": True})
+    assert "freeze=['body']: these modules stay fixed: body;" in capsys.readouterr().out
     after = model.model.state_dict()
     assert all(torch.equal(after[key], before[key]) for key in after if key.startswith("body.") and "running" not in key
                and "num_batches" not in key)
     assert not torch.equal(after["head.weight"], before["head.weight"])
     with pytest.raises(TrainConfigError, match=r"freeze names \['neck'\] match no parameter.*body, head"):
         LibreYOLO("tinynet-s").train(data=str(data), freeze=["neck"], **FAST)
+
+
+def test_freeze_n_freezes_the_first_n_blocks_in_forward_order_and_prints_them(capsys):
+    model = LibreYOLO("yolo9-t")
+    before = {key: value.clone() for key, value in model.model.state_dict().items()}
+    model.train(data="shapes:train=4,val=4,size=64,seed=5", freeze=5, epochs=1, batch=4, imgsz=64, workers=0, val=False,
+                plots=False, warmup_epochs=0, device="cpu")
+    # Forward order: GELAN registers its four downsamples before its blocks, but runs them in turn.
+    expected = "backbone.stem.0, backbone.stem.1, backbone.p2_block, backbone.downsamples.0, backbone.blocks.0"
+    assert f"freeze=5: 5 blocks stay fixed (forward order): {expected};" in capsys.readouterr().out
+    after = model.model.state_dict()
+    frozen = tuple(f"{name}." for name in expected.split(", "))
+    trained = [key for key in after if after[key].is_floating_point() and "running" not in key]
+    assert all(torch.equal(after[key], before[key]) for key in trained if key.startswith(frozen))
+    assert not all(torch.equal(after[key], before[key]) for key in trained if key.startswith("backbone.downsamples.1."))
+    with pytest.raises(TrainConfigError, match=r"freeze=33: the model has 32 blocks \(backbone\.stem\.0, .*freeze=\['backbone'\]"):
+        LibreYOLO("yolo9-t").train(data="shapes:train=4,val=4,size=64,seed=5", freeze=33, epochs=1, batch=4, imgsz=64,
+                                   workers=0, device="cpu")
 
 
 def test_compile_runs_the_training_forward_through_torch_compile(data, monkeypatch):

@@ -118,6 +118,63 @@ def test_detection_labels_in_a_misnamed_folder_are_an_error_not_a_silent_run(tmp
         LibreYOLO("yolo9-t").train(data=str(root / "data.yaml"), device="cpu", epochs=1, batch=2, imgsz=64, **QUIET)
 
 
+def _boxes_with_bad_labels(root: Path) -> Path:
+    """A detection dataset whose every label line names class 5 of a one-class dataset."""
+    for split in ("train", "val"):
+        (root / "images" / split).mkdir(parents=True)
+        (root / "labels" / split).mkdir(parents=True)
+        for index in range(2):
+            Image.fromarray(np.zeros((32, 32, 3), np.uint8)).save(root / "images" / split / f"{index}.png")
+            (root / "labels" / split / f"{index}.txt").write_text("5 0.5 0.5 0.3 0.3\n")
+    (root / "data.yaml").write_text(yaml.safe_dump({"path": str(root), "train": "images/train", "val": "images/val",
+                                                    "names": ["box"]}))
+    return root / "data.yaml"
+
+
+def test_when_every_label_line_is_skipped_the_error_says_so_and_why_naming_a_file(tmp_path):
+    data = _boxes_with_bad_labels(tmp_path / "boxes")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DatasetWarning)
+        with pytest.raises(DatasetError) as raised:
+            LibreYOLO("yolo9-t").train(data=str(data), device="cpu", epochs=1, batch=2, imgsz=64, **QUIET)
+    message = str(raised.value)
+    assert re.search(r"all 2 label lines were skipped \(first: \S*labels/train/0\.txt:1: class id 5 is outside names", message)
+    assert "folder's name" not in message and "not empty" not in message  # the folder is right; the lines are not
+
+
+def _zoo_source_lines() -> set[str]:
+    """Every distinctive stripped line of zoo's own source (what warnings would echo under a warning)."""
+    lines = set()
+    for path in [*(Path(__file__).parents[1] / "zoo_core").rglob("*.py")]:
+        lines.update(line.strip() for line in path.read_text(encoding="utf-8").splitlines() if len(line.strip()) > 12)
+    return lines
+
+
+def test_a_skipped_label_line_warns_at_the_users_call_and_echoes_no_line_of_zoo(tmp_path):
+    data = _boxes_with_bad_labels(tmp_path / "boxes")
+    script = tmp_path / "user_script.py"
+    script.write_text(
+        "from zoo_core import LibreYOLO\n"
+        "from zoo_core.data.errors import DatasetError\n"
+        "try:\n"
+        f"    LibreYOLO('yolo9-t').train(data={str(data)!r}, device='cpu', epochs=1, batch=2, imgsz=64, workers=0)\n"
+        "except DatasetError:\n"
+        "    pass\n"
+    )
+    in_script = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=script_environment(),
+                               capture_output=True, text=True, timeout=120)
+    # The zoo command has no user frame at all: its warnings carry no location.
+    from_cli = subprocess.run([sys.executable, "-m", "zoo_core", "train", "yolo9-t", f"data={data}", "epochs=1", "imgsz=64",
+                               "batch=2", "device=cpu", "workers=0"], cwd=tmp_path, env=script_environment(),
+                              capture_output=True, text=True, timeout=120)
+    zoo_lines = _zoo_source_lines()
+    for run, location in ((in_script, f"{script}:4: DatasetWarning: "), (from_cli, "zoo: DatasetWarning: ")):
+        warned = [line for line in run.stderr.splitlines() if line.endswith("class id 5 is outside names (0..0); line skipped")]
+        assert warned and all(line.startswith(location) for line in warned), run.stderr
+        echoed = [line for line in run.stderr.splitlines() if line.strip() in zoo_lines]
+        assert not echoed, f"zoo source echoed under a warning: {echoed}"
+
+
 def test_resume_true_only_continues_a_run_of_the_same_model(tmp_path):
     data = write_class_folders(tmp_path / "data")
     LibreYOLO("tinynet-s").train(data=str(data), device="cpu", epochs=2, batch=8, imgsz=32, **QUIET)

@@ -28,14 +28,19 @@ def test_the_quickstart_runs_as_written(tmp_path, zoo_home):
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     outputs = {}
     for block in (block for block in code_blocks(README) if block.title):
-        (tmp_path / block.title).write_text(block.code)
+        # Each block in a fresh folder of its own, as a reader who copies just that one runs it: a block
+        # that named a run folder only an earlier block creates (runs/detect/train2) would fail here.
+        folder = tmp_path / block.title.replace(".", "_")
+        folder.mkdir()
+        (folder / block.title).write_text(block.code)
         command = [sys.executable, block.title] if block.language == "python" else ["bash", "-e", block.title]
-        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+        result = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
         assert result.returncode == 0, f"{block.title} failed:\n{result.stdout}\n{result.stderr}"
         outputs[block.title] = result.stdout
-    assert (tmp_path / "runs/detect/predict/sample.jpg").is_file()  # the input's file type is kept
+    assert (tmp_path / "quickstart_py/runs/detect/predict/sample.jpg").is_file()  # the input's file type is kept
     assert "results written to" in outputs["quickstart.sh"] or "mAP50" in outputs["quickstart.sh"]
-    assert "drawn results written to runs/detect/predict2" in outputs["quickstart.sh"]
+    assert "drawn results written to runs/detect/predict" in outputs["quickstart.sh"]
+    assert (tmp_path / "quickstart_sh/runs/detect/quickstart/weights/best.pt").is_file()
 
 
 def test_the_sample_image_is_the_scene_zoo_draws():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from PIL import Image
@@ -14,6 +15,7 @@ from zoo_core.cli import main
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.engine.validation import frozen_training_forward
 from zoo_core.reports.confusion import DetectionConfusionMatrix
+from zoo_core.reports.dataset_labels import detection_labels_figure, label_statistics
 from zoo_core.reports.detection_curves import DetectionCurves
 from zoo_core.reports.results_plot import plotted_columns
 from zoo_core.tasks.metrics import OrderedMeanAveragePrecision
@@ -149,3 +151,42 @@ def test_zoo_train_on_a_yolo_yaml_leaves_every_detection_artifact(capsys):
     assert {"train/loss", "train/box", "val/loss", "val/box", "metrics/mAP50-95"} <= set(header)
     assert (run_dir / "weights" / "best.pt").is_file()
     print(sorted(written))  # the artifact list, for the record
+
+
+def _panel_points(axis) -> np.ndarray:
+    """The (x, y) of every dot a labels.jpg panel draws."""
+    return np.asarray(axis.collections[0].get_offsets())
+
+
+def test_labels_jpg_plots_true_centres_and_sizes_of_a_known_label_set():
+    # Corners (what a dataset's records hold): centre (0.3, 0.4) size (0.2, 0.4), and centre (0.75, 0.5) size (0.5, 0.2).
+    labels = [np.array([[0, 0.2, 0.2, 0.4, 0.6]]), np.array([[1, 0.5, 0.4, 1.0, 0.6]])]
+    figure = detection_labels_figure(labels, {0: "a", 1: "b"})
+    _, centres, sizes = figure.axes[:3]
+    np.testing.assert_allclose(_panel_points(centres), [[0.3, 0.4], [0.75, 0.5]], atol=1e-6)
+    np.testing.assert_allclose(_panel_points(sizes), [[0.2, 0.4], [0.5, 0.2]], atol=1e-6)
+    assert centres.collections[0].get_alpha() == 1.0  # two boxes: fully opaque dots, not near-white ones
+
+
+def test_labels_jpg_of_the_shapes_dataset_shows_the_generated_widths():
+    from zoo_core.data.yolo_format import index_detection_split, read_detection_yaml
+
+    declared = read_detection_yaml(materialize_shapes(parse_shapes(DATA)) / "detect.yaml")
+    records = index_detection_split(declared.splits["train"], declared.names)
+    statistics = label_statistics([record.labels for record in records])
+    # shapes draws boxes about 18-51 % of the image wide; the mean of two corners (the old panel) reads 0.4-0.95.
+    assert 0.15 <= statistics.sizes[:, 0].min() and statistics.sizes[:, 0].max() <= 0.55
+    figure = detection_labels_figure([record.labels for record in records], declared.names)
+    np.testing.assert_allclose(_panel_points(figure.axes[2]), statistics.sizes, atol=1e-6)
+
+
+def test_labels_jpg_of_many_boxes_is_a_histogram_whose_single_box_bins_are_not_white():
+    generator = np.random.default_rng(0)
+    corners = generator.uniform(0.0, 0.5, size=(100_000, 2))
+    rows = np.concatenate([np.zeros((100_000, 1)), corners, corners + generator.uniform(0.01, 0.5, size=(100_000, 2))], axis=1)
+    figure = detection_labels_figure([rows], {0: "a"})
+    mesh = figure.axes[1].collections[0]
+    counts = np.ma.masked_invalid(np.asarray(mesh.get_array(), dtype=float))
+    assert int(counts.sum()) == 100_000  # every centre lies inside [0, 1], so every box is counted
+    lightest = mesh.cmap(mesh.norm(1.0))
+    assert min(lightest[:3]) < 0.8, f"a bin with one box is drawn as {lightest}, too close to white"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from zoo_core.reports.drawing import class_colour, drawing_sizes
-from zoo_core.tasks.predictions import ClassificationResult, DetectionResult, SegmentationResult
+from zoo_core.tasks.predictions import ClassificationResult, DetectionResult, PointsResult, RestorationResult, SegmentationResult
 
 
 def detection(shape=(100, 200)) -> DetectionResult:
@@ -67,3 +68,23 @@ def test_segmentation_masks_are_one_boolean_mask_per_present_class():
                                 names={0: "ground", 1: "sky", 2: "tree"}, mask=mask)
     assert result.classes == [0, 2] and result.masks.shape == (2, 2, 3) and torch.equal(result.masks[1], mask == 2)
     assert {row["class_name"] for row in result.rows()} == {"ground", "tree"}
+
+
+def test_the_repr_of_every_result_is_one_short_line_without_tensors():
+    image = torch.zeros(3, 480, 640, dtype=torch.uint8)
+    common = {"orig_image": image, "name": "a.jpg", "names": {0: "car", 1: "bus"}}
+    results = {
+        "DetectionResult(path='images/a.jpg', image=3×100×200, boxes=2)": DetectionResult(
+            orig_image=torch.zeros(3, 100, 200, dtype=torch.uint8), path=Path("images/a.jpg"), name="a.jpg", names={0: "car"},
+            boxes=torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]), scores=torch.tensor([0.9, 0.4]),
+            labels=torch.tensor([0, 0])),
+        "PointsResult(path='a.jpg', image=3×480×640, points=0)": PointsResult(path=None, **common),
+        "ClassificationResult(path='a.jpg', image=3×480×640, classes=2, top1='bus' 0.70)": ClassificationResult(
+            path=None, probs=torch.tensor([0.3, 0.7]), **common),
+        "SegmentationResult(path='a.jpg', image=3×480×640, mask=480×640, classes=1)": SegmentationResult(
+            path=None, mask=torch.zeros(480, 640, dtype=torch.long), **common),
+        "RestorationResult(path='a.jpg', image=3×480×640, restored=3×480×640)": RestorationResult(path=None, image=image, **common),
+    }
+    for expected, result in results.items():
+        assert repr(result) == expected
+        assert "tensor" not in repr(result) and len(repr(result)) < 120

@@ -267,13 +267,19 @@ def _looks_like_key_value(word: str) -> bool:
     return bool(separator) and key.replace("-", "_").isidentifier()
 
 
-def command_settings(arguments: argparse.Namespace) -> dict[str, Any]:
+def command_settings(arguments: argparse.Namespace, require_model: bool = True) -> dict[str, Any]:
     """Every argument of a model command, from its flags, positional words and ``key=value`` words.
 
-    A key given twice with two values is a ``TrainConfigError`` naming it.
+    A key given twice with two values is a ``TrainConfigError`` naming it; so is a missing model,
+    unless ``require_model`` is False (``zoo train resume=...`` finds it in the checkpoint).
     """
     command = arguments.command
     words = [*arguments.words, *getattr(arguments, "extra", [])]
+    resume_flag = getattr(arguments, "resume", None)
+    if isinstance(resume_flag, str) and _looks_like_key_value(resume_flag):
+        # `zoo train --resume epochs=3`: argparse gave the flag the next word, which is an argument of its own.
+        words.append(resume_flag)
+        arguments.resume = True
     pairs = [word for word in words if _looks_like_key_value(word)]
     plain = [word for word in words if not _looks_like_key_value(word)]
     settings = parse_key_values(pairs)
@@ -294,20 +300,47 @@ def command_settings(arguments: argparse.Namespace) -> dict[str, Any]:
         if key in settings and settings[key] != value:
             raise TrainConfigError(f"{key} is given twice: --{key.replace('_', '-')} {value!r} and {key}={settings[key]!r}")
         settings[key] = value
-    if "model" not in settings:
+    if "model" not in settings and require_model:
         raise TrainConfigError(f"zoo {command} needs a model: a name (yolo9-t) or a weights file, as MODEL or model=...")
+    return settings
+
+
+def _is_resume(value: Any) -> bool:
+    return value is not None and value is not False and str(value).strip().lower() not in ("", "false", "no", "off", "0")
+
+
+def _resume_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """A resume as Ultralytics users type it: the model and the run's arguments come from the checkpoint.
+
+    ``resume=PATH`` (or ``--resume PATH``) without a model resumes PATH; ``resume=true`` without a model
+    the newest run under ``project`` (``runs``); with a model (``zoo train runs/.../last.pt resume=true``),
+    the model's own run, as ``train(resume=True)`` does. ``data`` and the other arguments are the run's own.
+    """
+    from zoo_core.engine.resume import newest_checkpoint
+
+    resume = settings["resume"]
+    flag_true = resume is True or str(resume).strip().lower() in ("true", "yes", "on", "1")
+    if "model" not in settings:
+        settings["model"] = str(newest_checkpoint(settings.get("project", "runs")) if flag_true else resume)
+    settings["resume"] = True if flag_true else str(resume)
     return settings
 
 
 def command_train(arguments: argparse.Namespace) -> int:
     """``zoo train MODEL data=D [key=value ...]``: train and print the result and where it is."""
-    settings = command_settings(arguments)
+    settings = command_settings(arguments, require_model=False)
+    resuming = _is_resume(settings.get("resume"))
+    if resuming:
+        settings = _resume_settings(settings)
+    elif "model" not in settings:
+        raise TrainConfigError("zoo train needs a model: a name (yolo9-t) or a weights file, as MODEL or model=... "
+                               "(or resume=path/to/last.pt, or resume=true for the newest run)")
     from zoo_core.engine.launcher import prepare_workers
 
     # The workers' imports then run while this process imports the same and builds the model.
     prepare_workers(settings.get("device"), validates=settings.get("val", True) is not False)
     model = _model(settings.pop("model"))
-    if "data" not in settings:
+    if "data" not in settings and not resuming:  # a resume trains on the run's own data
         raise TrainConfigError("zoo train needs data=...: 'shapes', a dataset YAML or a folder")
     result = model.train(**settings)
     metrics = "  ".join(f"{name} {value:.4f}" for name, value in result.metrics.items()) or "no validation"
@@ -359,27 +392,29 @@ def command_export(arguments: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``zoo`` (the engine adds train/val/predict)."""
-    parser = argparse.ArgumentParser(prog="zoo", description="A vision model zoo with a DDP training engine.")
+    # allow_abbrev=False on every parser: argparse would otherwise take `--epoch 3` as `--epochs 3`
+    # silently; an abbreviation is then an unknown argument, answered with a did-you-mean (main()).
+    parser = argparse.ArgumentParser(prog="zoo", description="A vision model zoo with a DDP training engine.", allow_abbrev=False)
     parser.add_argument("--version", action="version", version=f"zoo {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    listing = commands.add_parser("list", help="list the families")
+    listing = commands.add_parser("list", allow_abbrev=False, help="list the families")
     listing.add_argument("--ddp-capable", action="store_true", help="only families that auto-spawn one process per device")
     listing.add_argument("--task", help="only families of this task (detect, classify, semantic, ...: every declared task)")
     listing.add_argument("--json", action="store_true", help="machine-readable output")
     listing.add_argument("--markdown", action="store_true", help="the Markdown table of docs/families.md")
     listing.set_defaults(handler=command_list)
 
-    info = commands.add_parser("info", help="describe one family")
+    info = commands.add_parser("info", allow_abbrev=False, help="describe one family")
     info.add_argument("family", help="a family name (yolo9) or a model name (yolo9-t)")
     info.add_argument("--json", action="store_true")
     info.set_defaults(handler=command_info)
 
-    plugins = commands.add_parser("plugins", help="list the loaded plugins")
+    plugins = commands.add_parser("plugins", allow_abbrev=False, help="list the loaded plugins")
     plugins.add_argument("--json", action="store_true")
     plugins.set_defaults(handler=command_plugins)
 
-    training = commands.add_parser("train", help="train a model (several devices: one process each)")
+    training = commands.add_parser("train", allow_abbrev=False, help="train a model (several devices: one process each)")
     training.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE",
                           help="a model name (yolo9-t) or weights, then any training argument as key=value (lr0=0.001)")
     training.add_argument("--data", help="'shapes', a dataset YAML or a folder (or data=...)")
@@ -391,10 +426,11 @@ def build_parser() -> argparse.ArgumentParser:
     training.add_argument("--project")
     training.add_argument("--name")
     training.add_argument("--seed", type=int)
-    training.add_argument("--resume", nargs="?", const=True, default=None, help="continue a run (optionally: its last.pt)")
+    training.add_argument("--resume", nargs="?", const=True, default=None,
+                          help="continue a run: its last.pt, or (alone) the model's newest run, or with no model the newest in runs/")
     training.set_defaults(handler=command_train)
 
-    validation = commands.add_parser("val", help="validate a model on a dataset")
+    validation = commands.add_parser("val", allow_abbrev=False, help="validate a model on a dataset")
     validation.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE", help="a model (weights), then key=value arguments")
     validation.add_argument("--data", help="default: the dataset the model was trained on")
     validation.add_argument("--batch", type=int)
@@ -406,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     validation.add_argument("--iou", type=float, help="detection: NMS IoU threshold (default 0.7)")
     validation.set_defaults(handler=command_val)
 
-    prediction = commands.add_parser("predict", help="predict on images and optionally save drawn results")
+    prediction = commands.add_parser("predict", allow_abbrev=False, help="predict on images and optionally save drawn results")
     prediction.add_argument("words", nargs="*", metavar="MODEL SOURCE|KEY=VALUE",
                             help="a model, an image/folder/glob/video, then key=value arguments")
     prediction.add_argument("--conf", type=float)
@@ -419,12 +455,28 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--name")
     prediction.set_defaults(handler=command_predict)
 
-    exporting = commands.add_parser("export", help=f"write a model in another format ({', '.join(EXPORT_FORMATS)})")
+    exporting = commands.add_parser("export", allow_abbrev=False, help=f"write a model in another format ({', '.join(EXPORT_FORMATS)})")
     exporting.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE", help="a model name or weights file")
     exporting.add_argument("--format", choices=EXPORT_FORMATS, help="libreyolo: a LibreYOLO 1.6 checkpoint; onnx, torchscript: the inference graph")
     exporting.add_argument("--output", help="the file to write (default: beside the weights, or in the current folder)")
     exporting.set_defaults(handler=command_export)
     return parser
+
+
+def _flag_suggestion(parser: argparse.ArgumentParser, command: str, flags: list[str]) -> str:
+    """`` (did you mean --epochs?)`` for the first unknown flag close to one of ``command``'s flags, else ``""``."""
+    import difflib
+
+    commands = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    known = [option for action in commands.choices[command]._actions for option in action.option_strings
+             if option.startswith("--")]
+    for flag in flags:
+        typed = flag.partition("=")[0]
+        # An abbreviation (what argparse used to expand) first, then a near spelling.
+        close = [option for option in known if option.startswith(typed)][:1] or difflib.get_close_matches(typed, known, n=1, cutoff=0.6)
+        if close:
+            return f" (did you mean {close[0]}?)"
+    return ""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -434,7 +486,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     arguments, extra = parser.parse_known_args(argv)
     flags = [word for word in extra if word.startswith("-")]
     if flags or (extra and not hasattr(arguments, "words")):
-        parser.error(f"unrecognized arguments: {' '.join(flags or extra)}")
+        parser.error(f"unrecognized arguments: {' '.join(flags or extra)}{_flag_suggestion(parser, arguments.command, flags)}")
     arguments.extra = extra  # words after a flag: command_settings sorts them
     try:
         return int(arguments.handler(arguments) or 0)

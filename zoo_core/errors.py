@@ -1,15 +1,29 @@
-"""Exception classes raised by zoo.
+"""Exception and warning classes raised by zoo, and ``warn``, the one way zoo emits a warning.
 
 Every error says what was wrong and what to do about it. The classes also inherit from the
 closest built-in exception so callers that catch ``ValueError`` or ``LookupError`` keep working.
+
+Warnings point at the user's call: ``warn`` gives ``warnings`` the stack level of the first frame
+outside zoo, its plugins, torch and the standard library (the line of a script or notebook that
+called ``train()``). Where there is none (a training worker, whose stack ends in
+``torch/multiprocessing`` or the forkserver; the ``zoo`` command) a ``ZooWarning`` is printed as
+``zoo: Category: message`` with no file, line or source line: ``warnings`` would otherwise echo a
+line of zoo's own source, or of torch's, that says nothing to the user.
 """
 
 from __future__ import annotations
 
+import os
 import reprlib
+import sys
+import sysconfig
+import warnings
 
 __all__ = [
     "excerpt",
+    "warn",
+    "ZooWarning",
+    "TrainingWarning",
     "ZooError",
     "RegistryError",
     "PluginError",
@@ -252,3 +266,79 @@ class RunDirectoryInUseError(RunDirectoryError):
 
 class ExportError(ZooError, RuntimeError):
     """A model that cannot be written as an ONNX or TorchScript graph (the message names the model and the operator)."""
+
+
+class ZooWarning(UserWarning):
+    """Base class of the warnings zoo emits (through ``warn``); a ``UserWarning``, so filters on that keep working."""
+
+
+class TrainingWarning(ZooWarning):
+    """A training setting that works but is likely not what was meant (a small per-rank batch without SyncBatchNorm)."""
+
+
+# Where zoo and the standard library live: a frame in any of these is not the user's call; nor is the
+# console-script folder, which holds the ``zoo`` command's launcher. Torch and zoo's plugins (top-level
+# packages named zoo_*) are recognised by module name in _is_internal.
+_ZOO_ROOT = os.path.dirname(os.path.abspath(__file__))
+_INTERNAL_PREFIXES = tuple(
+    os.path.join(os.path.abspath(path), "") for path in {
+        _ZOO_ROOT,
+        sysconfig.get_paths().get("stdlib", ""),
+        sysconfig.get_paths().get("platstdlib", ""),
+        sysconfig.get_paths().get("scripts", ""),
+    } if path
+)
+_PLUGIN_PREFIX = "zoo_"
+_USER_FRAME_NOT_FOUND = 0
+
+
+def _is_internal(filename: str, module: str) -> bool:
+    """Whether a frame of ``filename`` (module ``module``) is zoo's, a zoo plugin's, torch's or Python's own."""
+    if filename.startswith("<"):
+        # "<frozen importlib._bootstrap>" is Python's, and "<string>" too: the forkserver's `python -c` that
+        # starts every training worker. "<stdin>" and an old IPython's "<ipython-input-...>" are the user's.
+        return not filename.startswith(("<stdin>", "<ipython-input"))
+    if os.path.abspath(filename).startswith(_INTERNAL_PREFIXES):
+        return True
+    # By module name, not path: a user's own folder may well be called zoo_experiments or torch_stuff.
+    package = module.partition(".")[0]
+    return package == "torch" or (package.startswith(_PLUGIN_PREFIX) and module != "__main__")
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` (as seen from ``warn``'s caller) of the first frame outside zoo, or 0 when there is none."""
+    frame = sys._getframe(2)  # warn()'s caller: level 1
+    level = 1
+    while frame is not None:
+        if not _is_internal(frame.f_code.co_filename, str(frame.f_globals.get("__name__", ""))):
+            return level
+        frame, level = frame.f_back, level + 1
+    return _USER_FRAME_NOT_FOUND
+
+
+def warn(message: str, category: type[Warning] = ZooWarning) -> None:
+    """Emit ``message`` as a ``category`` warning at the user's call, or without a location where there is none."""
+    level = _user_stacklevel()
+    if level != _USER_FRAME_NOT_FOUND:
+        warnings.warn(message, category, stacklevel=level + 1)
+        return
+    # No user frame: no file and line to point at. Line 0 of "zoo" has no source to echo; the formatter
+    # below prints it as "zoo: Category: message". The module name keys warnings' once-per-location filter.
+    warnings.warn_explicit(message, category, filename="zoo", lineno=0, module="zoo",
+                           registry=_NO_LOCATION_REGISTRY)
+
+
+_NO_LOCATION_REGISTRY: dict = {}
+_plain_formatwarning = warnings.formatwarning
+
+
+def _format_zoo_warning(message, category, filename, lineno, line=None):  # noqa: ANN001 - warnings' own signature
+    """``zoo: Category: message`` for a location-less zoo warning; every other warning as ``warnings`` formats it."""
+    if filename == "zoo" and lineno == 0 and isinstance(category, type) and issubclass(category, ZooWarning):
+        return f"zoo: {category.__name__}: {message}\n"
+    return _plain_formatwarning(message, category, filename, lineno, line)
+
+
+# Installed once, when zoo is imported; it changes nothing for warnings that are not zoo's location-less ones.
+if getattr(warnings.formatwarning, "__name__", "") != "_format_zoo_warning":
+    warnings.formatwarning = _format_zoo_warning

@@ -91,6 +91,7 @@ class LibreYOLO:
         self.last_val_dir: Path | None = None  # where the last val() wrote its report
         self.pipeline_changes: dict[str, Any] = {}  # input-pipeline fields the loaded weights record (ModelMeta)
         self._inference_cache: tuple[Any, Any] | None = None  # (weights key, fused copy): see inference_model
+        self._callbacks: list[Any] = []  # add_callback's, passed to every train() before callbacks=[...]
         # The resolution order (docs/weights.md): an hf:// reference; a file on disk; the file name of a
         # size's published weights (LibreYOLO's names and their short forms, from registry.yaml); a
         # registry name, built fresh or, with pretrained=True, from its published weights.
@@ -344,6 +345,20 @@ class LibreYOLO:
             print(f"{self.name} summary: {summary['layers']} layers, {summary['parameters']:,} parameters, {cost}")
         return facts
 
+    def add_callback(self, event: str, function: Any) -> None:
+        """Run ``function`` at ``event`` of every later ``train()`` (on rank 0 only, E9).
+
+        Events are Ultralytics' names that zoo has (``on_train_start``, ``optimizer_step``,
+        ``on_train_epoch_end``, ``on_fit_epoch_end``, ``on_train_end``; zoo's ``on_epoch_end``,
+        ``on_optimizer_step`` too; ``zoo_core.engine.callbacks.EVENTS``). The function receives the
+        event's plain data, not a trainer: ``(run_dir, config)``, ``(step)``, an ``EpochReport`` after
+        each epoch's validation and checkpoint, or the ``TrainResult``. Training on several devices
+        pickles it to the workers, so define it at module level; a lambda is refused there, named (E4).
+        """
+        from zoo_core.engine.callbacks import function_callback
+
+        self._callbacks.append(function_callback(event, function))
+
     def train(self, **kwargs: Any) -> "TrainResult":
         """Train on ``data``; see ``zoo_core.engine.config.TrainConfig`` for every argument.
 
@@ -355,6 +370,9 @@ class LibreYOLO:
         """
         from zoo_core.engine import fit
 
+        if self._callbacks:
+            given = kwargs.get("callbacks") or []
+            kwargs = {**kwargs, "callbacks": [*self._callbacks, *(given if isinstance(given, (list, tuple)) else [given])]}
         pretrained = kwargs.pop("pretrained", False)
         if not isinstance(pretrained, bool):
             raise TrainConfigError(f"pretrained={pretrained!r}: give True (start from the published weights) or False")

@@ -10,12 +10,12 @@ trainer can count the skipped images per epoch (loader workers cannot share a co
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Callable
 
 from torch.utils.data import Dataset
 
 from zoo_core.data.errors import DatasetError, DatasetWarning, ImageDecodeError
+from zoo_core.errors import warn
 
 __all__ = ["SkipDamagedImages", "CountDamaged", "DAMAGED_KEY"]
 
@@ -47,8 +47,7 @@ class SkipDamagedImages(Dataset):
                 damaged.append(str(error).split(": cannot decode", 1)[0])
                 if damaged[-1] not in self.warned:
                     self.warned.add(damaged[-1])
-                    warnings.warn(f"{error}; the image is skipped this epoch and another sample trains in its place",
-                                  DatasetWarning, stacklevel=2)
+                    warn(f"{error}; the image is skipped this epoch and another sample trains in its place", DatasetWarning)
                 continue
             if damaged and isinstance(sample, dict):
                 sample = {**sample, DAMAGED_KEY: damaged}

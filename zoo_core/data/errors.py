@@ -15,10 +15,9 @@ Policy (docs/data.md, "Bad data"):
 from __future__ import annotations
 
 import os
-import warnings
 from pathlib import Path
 
-from zoo_core.errors import ZooError
+from zoo_core.errors import ZooError, ZooWarning, warn
 
 __all__ = ["DatasetError", "ImageDecodeError", "DatasetWarning", "ProblemReport", "MAX_REPORTED_PROBLEMS"]
 
@@ -33,7 +32,7 @@ class ImageDecodeError(DatasetError):
     """An image whose header reads but whose pixels do not decode (found only when it is loaded)."""
 
 
-class DatasetWarning(UserWarning):
+class DatasetWarning(ZooWarning):
     """A bad item (image, label line, mask) that was skipped; the message names the file and line."""
 
 
@@ -56,25 +55,30 @@ class ProblemReport:
     which emits the summary when more than ``limit`` problems were found.
     """
 
+    #: How many skipped lines ``first_skipped_lines`` keeps, for an error that must say why all of them were skipped.
+    kept = 3
+
     def __init__(self, what: str, limit: int = MAX_REPORTED_PROBLEMS) -> None:
         self.what = what
         self.limit = limit
         self.count = 0
+        self.skipped_lines = 0  # problems that name a line: the label lines that were dropped
+        self.first_skipped_lines: list[str] = []  # the first few of them, "path:line: message"
         self._primary = _is_primary_process()
 
     def add(self, path: str | Path, message: str, line: int | None = None) -> None:
         """Record one skipped item: ``path[:line]: message``."""
         self.count += 1
+        where = f"{path}:{line}" if line is not None else str(path)
+        if line is not None:
+            self.skipped_lines += 1
+            if len(self.first_skipped_lines) < self.kept:
+                self.first_skipped_lines.append(f"{where}: {message}")
         if self._primary and self.count <= self.limit:
-            where = f"{path}:{line}" if line is not None else str(path)
-            warnings.warn(f"{where}: {message}", DatasetWarning, stacklevel=3)
+            warn(f"{where}: {message}", DatasetWarning)
 
     def finish(self) -> None:
         """Emit one summary warning for the problems beyond the reporting limit."""
         if self._primary and self.count > self.limit:
-            warnings.warn(
-                f"{self.what}: {self.count - self.limit} more problems not shown ({self.count} in all); "
-                "each affected item was skipped",
-                DatasetWarning,
-                stacklevel=2,
-            )
+            warn(f"{self.what}: {self.count - self.limit} more problems not shown ({self.count} in all); "
+                 "each affected item was skipped", DatasetWarning)

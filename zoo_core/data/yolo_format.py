@@ -122,12 +122,14 @@ def read_detection_yaml(yaml_path: Path) -> DetectionYaml:
     return DetectionYaml(yaml_path=yaml_path, root=root, names=names, splits=splits)  # type: ignore[arg-type]
 
 
-def index_detection_split(entries: list[Path], names: Mapping[int, str], what: str = "detection split") -> list[DetectionRecord]:
+def index_detection_split(entries: list[Path], names: Mapping[int, str], what: str = "detection split",
+                          report: ProblemReport | None = None) -> list[DetectionRecord]:
     """Every usable image of ``entries`` with its boxes; problems are warned about and skipped.
 
-    Raises ``DatasetError`` when no usable image is left.
+    ``report`` (default: a new one) collects the problems, so a caller can say afterwards how many label
+    lines were skipped and why. Raises ``DatasetError`` when no usable image is left.
     """
-    report = ProblemReport(what)
+    report = report if report is not None else ProblemReport(what)
     candidates: list[Path] = []
     for entry in entries:
         candidates.extend(images_from_entry(entry, report))

@@ -6,7 +6,7 @@ and every rank runs ``rank.run_rank``, which hands the loop to ``trainer.Trainer
 ``TrainingRecipe`` (``recipe.py``: forward pass, parameter groups and optimizer (``optim.py``),
 schedule (``schedule.py``), EMA (``ema.py``), events). The other modules are pieces of the loop:
 ``distributed`` (process group, collectives), ``sync_batchnorm``, ``precision`` (AMP), ``autobatch``, ``seeding``,
-``checkpoint``, ``resume``, ``callbacks``, ``progress``, ``validation``, ``multi_scale``, ``host_exchange``;
+``checkpoint``, ``resume``, ``callbacks``, ``freezing``, ``progress``, ``validation``, ``multi_scale``, ``host_exchange``;
 the training figures are drawn by ``zoo_core/reports``. docs/architecture.md describes the whole,
 docs/multi-gpu.md is the user's guide.
 

@@ -1,21 +1,25 @@
 """User callbacks and the built-in loggers. Only rank 0 calls them (E9, docs/architecture.md).
 
-A callback is an object with any of the methods of ``Callback``. Training workers receive
-callbacks by pickling, so define callback classes at module level (E4, E20); the built-in
-loggers (``loggers=["csv", "tensorboard"]``) need nothing at all.
+A callback is an object with any of the methods of ``Callback``, or a function given with an
+event: ``model.add_callback("on_train_epoch_end", fn)`` (Ultralytics' event names, ``EVENTS``),
+which wraps it in a ``FunctionCallback``. A plain function in ``callbacks=[...]`` is refused,
+naming ``add_callback``: it says nothing about when it should run. Training workers receive
+callbacks by pickling, so define callback classes and functions at module level (E4, E20); the
+built-in loggers (``loggers=["csv", "tensorboard"]``) need nothing at all.
 """
 
 from __future__ import annotations
 
 import csv
 import logging
-import warnings
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
 from zoo_core.engine.train_result import EpochReport, TrainResult
+from zoo_core.errors import TrainConfigError, excerpt, warn
 
-__all__ = ["Callback", "CsvLogger", "TensorBoardLogger", "CallbackList", "make_loggers"]
+__all__ = ["Callback", "FunctionCallback", "EVENTS", "function_callback", "check_callbacks", "CsvLogger",
+           "TensorBoardLogger", "CallbackList", "make_loggers"]
 
 log = logging.getLogger("zoo.train")
 
@@ -40,6 +44,91 @@ class Callback:
 
     def on_train_end(self, result: TrainResult) -> None:
         """Called once when training ends (also after early stopping)."""
+
+
+# The event names add_callback takes (Ultralytics' and zoo's own), each to the Callback method it runs as.
+# Zoo has one end-of-epoch event, after validation and the checkpoint: Ultralytics' on_train_epoch_end
+# (before validation there) and on_fit_epoch_end (after it) both run there, with the epoch's EpochReport.
+EVENTS: dict[str, str] = {
+    "on_train_start": "on_train_start",
+    "optimizer_step": "on_optimizer_step",
+    "on_optimizer_step": "on_optimizer_step",
+    "on_train_epoch_end": "on_epoch_end",
+    "on_fit_epoch_end": "on_epoch_end",
+    "on_epoch_end": "on_epoch_end",
+    "on_train_end": "on_train_end",
+}
+_METHODS = ("on_train_start", "on_optimizer_step", "on_epoch_end", "on_train_end")
+
+
+class FunctionCallback(Callback):
+    """A function that runs at one event (``function_callback`` makes the subclass for the event).
+
+    The function receives the event's arguments: ``(run_dir, config)``, ``(step)``, ``(report)`` or
+    ``(result)``. It pickles to the training workers when the function does (a module-level function).
+    """
+
+    def __init__(self, event: str, function: Callable[..., Any]) -> None:
+        self.event = event
+        self.function = function
+
+    def __repr__(self) -> str:
+        return f"add_callback({self.event!r}, {self.function!r})"
+
+
+class _TrainStartFunction(FunctionCallback):
+    def on_train_start(self, run_dir: Path, config: dict[str, Any]) -> None:
+        self.function(run_dir, config)
+
+
+class _OptimizerStepFunction(FunctionCallback):
+    def on_optimizer_step(self, step: int) -> None:
+        self.function(step)
+
+
+class _EpochEndFunction(FunctionCallback):
+    def on_epoch_end(self, report: EpochReport) -> None:
+        self.function(report)
+
+
+class _TrainEndFunction(FunctionCallback):
+    def on_train_end(self, result: TrainResult) -> None:
+        self.function(result)
+
+
+# One class per method, so only the wrapped event is overridden (CallbackList calls per-step listeners only).
+_FUNCTION_CLASSES = {"on_train_start": _TrainStartFunction, "on_optimizer_step": _OptimizerStepFunction,
+                     "on_epoch_end": _EpochEndFunction, "on_train_end": _TrainEndFunction}
+
+
+def function_callback(event: str, function: Callable[..., Any]) -> FunctionCallback:
+    """``function`` as a callback run at ``event`` (a key of ``EVENTS``); ``TrainConfigError`` for anything else."""
+    import difflib
+
+    if not isinstance(event, str) or event not in EVENTS:
+        close = difflib.get_close_matches(str(event), list(EVENTS), n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise TrainConfigError(f"add_callback: unknown event {excerpt(event)}.{hint} Events: {', '.join(EVENTS)}")
+    if not callable(function):
+        raise TrainConfigError(f"add_callback({event!r}, ...): {excerpt(function)} is not callable; give a function")
+    return _FUNCTION_CLASSES[EVENTS[event]](event, function)
+
+
+def check_callbacks(callbacks: Iterable[Any]) -> None:
+    """``TrainConfigError`` for an entry of ``callbacks=`` that no event would ever call (a plain function, say)."""
+    for index, callback in enumerate(callbacks):
+        if any(callable(getattr(callback, method, None)) for method in _METHODS):
+            continue
+        if callable(callback):
+            raise TrainConfigError(
+                f"callbacks[{index}] = {excerpt(callback)} is a plain function, which says nothing about when it should "
+                "run, so zoo would never call it. Give it an event: model.add_callback('on_train_epoch_end', fn) "
+                f"(events: {', '.join(EVENTS)}), or pass a Callback subclass"
+            )
+        raise TrainConfigError(
+            f"callbacks[{index}] = {excerpt(callback)} has none of the callback methods ({', '.join(_METHODS)}), so zoo "
+            "would never call it: subclass zoo_core.engine.callbacks.Callback, or use model.add_callback(event, fn)"
+        )
 
 
 class CsvLogger(Callback):
@@ -72,7 +161,7 @@ class TensorBoardLogger(Callback):
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            warnings.warn("loggers=['tensorboard'] needs the tensorboard package (pip install tensorboard); skipping it", stacklevel=2)
+            warn("loggers=['tensorboard'] needs the tensorboard package (pip install tensorboard); skipping it")
             return
         self.writer = SummaryWriter(log_dir=str(run_dir))
 

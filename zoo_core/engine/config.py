@@ -90,7 +90,8 @@ class TrainConfig(BaseModel):
     compile: bool = Field(False, description="run the model's training forward (and its backward) through torch.compile; "
                           "the first steps compile for a while (minutes on a CPU), see benchmarks/compile_gain.py")
     freeze: int | list[str] | None = Field(
-        None, description="keep these parameters fixed: the first N top-level modules, or a list of name prefixes"
+        None, description="keep these parameters fixed: the first N blocks in forward order (engine/freezing.py says "
+                          "what a block is; the run prints their names), or a list of name prefixes ['backbone']"
     )
     profile: bool = False
 
@@ -147,6 +148,10 @@ class TrainConfig(BaseModel):
                 f"unknown training argument {key!r} in {origin}.{hint} "
                 f"Accepted arguments: {', '.join(cls.model_fields)}"
             )
+        if isinstance(merged.get("callbacks"), (list, tuple)):
+            from zoo_core.engine.callbacks import check_callbacks
+
+            check_callbacks(merged["callbacks"])  # before pydantic: list[Any] would accept a function never called
         if "data" not in merged:
             raise TrainConfigError(f"{source} needs data=...: a built-in dataset name ('shapes'), a dataset YAML or a folder")
         try:

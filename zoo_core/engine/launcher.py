@@ -88,8 +88,8 @@ _RESULT = "result.pkl"
 _ERRORS = "errors"
 PICKLE_HINT = (
     "Training on several devices sends every argument to the worker processes by pickling: use a "
-    "class defined at module level of an importable module (not a lambda, a closure, or a class "
-    "defined inside a function or under `if __name__ == \"__main__\":`), or the built-in loggers: "
+    "class or function defined at module level of an importable module (not a lambda, a closure, or a "
+    "class defined inside a function or under `if __name__ == \"__main__\":`), or the built-in loggers: "
     "loggers=['csv', 'tensorboard']."
 )
 

@@ -19,6 +19,7 @@ from zoo_core.weights import ModelMeta, read_checkpoint
 
 __all__ = [
     "find_resume_checkpoint",
+    "newest_checkpoint",
     "read_training_checkpoint",
     "config_for_resume",
     "spec_for_resume",
@@ -66,6 +67,18 @@ def find_resume_checkpoint(spec: ModelSpec, resume: Any, project: str | Path = "
         f"hold other models: {', '.join(others[:3])}. Pass resume='path/to/last.pt' of a {spec.name} run, or start "
         "a new run (resume=False)"
     )
+
+
+def newest_checkpoint(project: str | Path = "runs") -> Path:
+    """The newest ``weights/last.pt`` of any run under ``project`` (``zoo train resume=true`` without a model)."""
+    candidates = sorted(Path(project).glob("*/*/weights/last.pt"), key=lambda path: path.stat().st_mtime, reverse=True)
+    if not candidates:
+        raise ResumeError(
+            f"resume=true without a model continues the newest run under {project}/, but {Path(project) / '*' / '*'}"
+            "/weights/last.pt matches nothing; give the checkpoint (zoo train resume=runs/detect/train/weights/last.pt) "
+            "or run from the folder that holds runs/"
+        )
+    return candidates[0]
 
 
 def _meta_of(path: Path) -> ModelMeta | None:

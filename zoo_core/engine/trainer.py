@@ -16,7 +16,6 @@ import random
 import shutil
 import sys
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from zoo_core.engine.checkpoint import CheckpointWriter, snapshot
 from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.distributed import DistributedContext
 from zoo_core.engine.ema import ModelEMA
+from zoo_core.engine.freezing import freeze_parameters
 from zoo_core.engine.multi_scale import scaled_size
 from zoo_core.engine.precision import Precision, training_precision
 from zoo_core.engine.progress import EpochProgress, validation_progress
@@ -44,7 +44,7 @@ from zoo_core.engine.seeding import loader_generator, loader_seed, seed_everythi
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
 from zoo_core.engine.train_result import EpochReport, TrainResult
 from zoo_core.engine.validation import shown_losses, validation_losses
-from zoo_core.errors import BatchSizeError, RunDirectoryError, TrainingDivergedError
+from zoo_core.errors import BatchSizeError, RunDirectoryError, TrainingDivergedError, TrainingWarning, warn
 from zoo_core.registry import ImageSize, image_size_hw
 from zoo_core.reports.results_plot import plot_results
 from zoo_core.reports.validation_report import BATCHES_DRAWN, ValidationReport
@@ -198,14 +198,14 @@ class Trainer:
         if self.channels_last:
             model = model.to(memory_format=torch.channels_last)  # oneDNN's faster convolutions on a CPU
         if config.freeze is not None:
-            frozen = freeze_parameters(model, config.freeze)
-            console(context, config, f"freeze={config.freeze!r}: {frozen} parameter tensors stay fixed")
+            frozen = freeze_parameters(model, config.freeze, run_forward=lambda: self._example_forward(model))
+            console(context, config, frozen.describe(config.freeze))
         if context.distributed and has_batchnorm(model):
             per_rank = self.batch // context.world_size
             if self.sync_bn:
                 model = convert_sync_batchnorm(model, self.device, timeout_seconds=config.ddp_timeout)
             elif per_rank < 16 and context.is_main:
-                warnings.warn(SMALL_BATCH_WARNING.format(per_rank=per_rank), stacklevel=caller_stacklevel())
+                warn(SMALL_BATCH_WARNING.format(per_rank=per_rank), TrainingWarning)
         if config.cuda_graph:
             if context.distributed:
                 console(context, config, "cuda_graph=True is not used under DDP; training eagerly")
@@ -260,6 +260,12 @@ class Trainer:
                                     **loader_options)
         self._check_batch_norm_batch(min(per_rank_batch, len(sampler)), len(train_set))
         return Loaders(train_loader, sampler, generator, val_loader, train_set, base_set)
+
+    def _example_forward(self, model: nn.Module) -> None:
+        """One training forward pass of two synthetic images at the run's size (freeze=N's block order)."""
+        side = min(image_size_hw(self.image_size))
+        batch = self.task.preprocess(self.task.example_batch(2, side, max(len(self.data.names), 1)), self.device)
+        self.recipe.forward_train(model.train(), batch)
 
     def _optimisation(self, model: nn.Module, iterations_per_epoch: int) -> Optimisation:
         config, context, recipe = self.config, self.context, self.recipe
@@ -425,7 +431,7 @@ class Trainer:
             return 0
         if self.context.distributed:
             if self.context.is_main:
-                warnings.warn("profile=True is ignored under DDP; profile a single-device run", stacklevel=3)
+                warn("profile=True is ignored under DDP; profile a single-device run")
             return 0
         return 10
 
@@ -657,46 +663,6 @@ class Trainer:
                 weights = torch.load(result.best, map_location="cpu", weights_only=True)["model"] if context.is_main else None
                 self.best_weights = context.broadcast_object(weights)
         return self.best_weights
-
-
-def freeze_parameters(model: nn.Module, freeze: int | list[str]) -> int:
-    """Stop gradients for the first ``freeze`` top-level modules, or for parameters named with a prefix in ``freeze``.
-
-    Returns how many parameter tensors were frozen; a prefix that matches nothing is a
-    ``TrainConfigError`` listing the top-level module names.
-    """
-    from zoo_core.errors import TrainConfigError
-
-    children = [name for name, _ in model.named_children()]
-    if isinstance(freeze, int):
-        if not 0 <= freeze <= len(children):
-            raise TrainConfigError(f"freeze={freeze}: the model has {len(children)} top-level modules ({', '.join(children)})")
-        prefixes = [f"{name}." for name in children[:freeze]]
-    else:
-        prefixes = [prefix if prefix.endswith(".") else f"{prefix}." for prefix in freeze]
-    frozen = 0
-    matched: set[str] = set()
-    for name, parameter in model.named_parameters():
-        hit = next((prefix for prefix in prefixes if f"{name}.".startswith(prefix)), None)
-        if hit is not None:
-            parameter.requires_grad_(False)
-            matched.add(hit)
-            frozen += 1
-    missing = [prefix.rstrip(".") for prefix in prefixes if prefix not in matched]
-    if missing:
-        raise TrainConfigError(f"freeze names {missing} match no parameter; the top-level modules are {', '.join(children)}")
-    return frozen
-
-
-def caller_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning point at the first frame outside zoo: the user's call."""
-    import inspect
-
-    package = str(Path(__file__).resolve().parents[1])
-    for level, frame in enumerate(inspect.stack()[1:], start=1):
-        if not str(Path(frame.filename).resolve()).startswith(package):
-            return level
-    return 2
 
 
 def _detached_state(model: nn.Module) -> dict[str, torch.Tensor]:

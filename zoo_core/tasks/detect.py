@@ -40,7 +40,7 @@ from zoo_core.data.augment import (
     resize_long_side,
 )
 from zoo_core.data.dataset_yaml import YAML_SUFFIXES
-from zoo_core.data.errors import DatasetError
+from zoo_core.data.errors import DatasetError, ProblemReport
 from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import boxes_to_input, boxes_to_original, fit_to_input
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
@@ -244,8 +244,17 @@ class DetectTask(Task):
         )
 
     def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> DetectionDataset:
-        records = index_detection_split(list(spec.split(split)), spec.names, what=f"{spec.root} ({split})")
+        report = ProblemReport(f"{spec.root} ({split})")
+        records = index_detection_split(list(spec.split(split)), spec.names, what=report.what, report=report)
         if split == "train" and not any(len(record.labels) for record in records):
+            if report.skipped_lines:
+                # The labels were found and read; every line of them was refused. Say so, and why.
+                reasons = "; ".join(report.first_skipped_lines)
+                raise DatasetError(
+                    f"{spec.root}: none of the {len(records)} training images has a box because all "
+                    f"{report.skipped_lines} label lines were skipped (first: {reasons}). Fix those lines: "
+                    "YOLO labels are 'class cx cy w h' with class ids within names and coordinates normalised to [0, 1]"
+                )
             example = label_path_for(records[0].image)
             raise DatasetError(
                 f"{spec.root}: none of the {len(records)} training images has a box, so a detector would learn nothing. "

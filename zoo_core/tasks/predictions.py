@@ -103,7 +103,9 @@ class Probs(torch.Tensor):
         return plain.topk(min(5, len(plain))).values
 
 
-@dataclass
+# repr=False here and on every subclass: the generated repr printed the whole image tensor (and the
+# names table); Result.__repr__ is one short line instead.
+@dataclass(repr=False)
 class Result:
     """What every prediction result has: the original image, where it came from, the class names."""
 
@@ -136,6 +138,17 @@ class Result:
         """One line describing the prediction."""
         return self.name
 
+    def __repr__(self) -> str:
+        """``DetectionResult(path='a.jpg', image=3×480×640, boxes=2)``: what the result is, never its tensors."""
+        shape = "×".join(str(side) for side in self.orig_image.shape)
+        where = str(self.path) if self.path is not None else self.name
+        contents = self._repr_contents()
+        return f"{type(self).__name__}(path={where!r}, image={shape}{', ' + contents if contents else ''})"
+
+    def _repr_contents(self) -> str:
+        """What ``repr`` says about the prediction itself (subclasses: the count of boxes, the top class...)."""
+        return ""
+
     def to_dict(self) -> dict[str, Any]:
         """The prediction as plain Python data (JSON-friendly)."""
         return {"name": self.name, "path": str(self.path) if self.path else None, "shape": list(self.orig_shape)}
@@ -164,7 +177,7 @@ class Result:
         return [self.to_dict()]
 
 
-@dataclass
+@dataclass(repr=False)
 class LabelledItemsResult(Result):
     """A result of ``n`` found items, each with a score and a class: ``scores`` (n) and ``labels`` (n, int64)
     beside the items' own geometry (the attribute ``geometry`` names: boxes, points)."""
@@ -186,6 +199,10 @@ class LabelledItemsResult(Result):
             counts[class_name] = counts.get(class_name, 0) + 1
         return f"{self.name}: " + ", ".join(f"{count} {class_name}" for class_name, count in counts.items())
 
+    def _repr_contents(self) -> str:
+        """``boxes=3`` (the geometry's name and the item count)."""
+        return f"{self.geometry or 'items'}={len(self.labels)}"
+
     def to_dict(self) -> dict[str, Any]:
         """The items, scores and class names as lists."""
         return {
@@ -197,7 +214,7 @@ class LabelledItemsResult(Result):
         }
 
 
-@dataclass
+@dataclass(repr=False)
 class DetectionResult(LabelledItemsResult):
     """Boxes (``n×4`` xyxy, original-image pixels), ``scores`` (n) and ``labels`` (n, int64)."""
 
@@ -224,7 +241,7 @@ class DetectionResult(LabelledItemsResult):
         return as_numpy_image(drawn)
 
 
-@dataclass
+@dataclass(repr=False)
 class PointsResult(LabelledItemsResult):
     """Object centroids: ``points`` (``n×2`` x, y, original-image pixels), ``scores`` (n), ``labels`` (n, int64)."""
 
@@ -253,7 +270,7 @@ class PointsResult(LabelledItemsResult):
         return np.asarray(canvas).copy()
 
 
-@dataclass
+@dataclass(repr=False)
 class ClassificationResult(Result):
     """Class probabilities ``probs`` (C), with ``top1``/``top5`` indices and ``top1_conf``."""
 
@@ -288,6 +305,12 @@ class ClassificationResult(Result):
         lines = [f"{self.names.get(index, index)} {float(self.probs[index]):.2f}" for index in self.top5]
         return as_numpy_image(draw_caption(self.orig_image, lines))
 
+    def _repr_contents(self) -> str:
+        """``classes=1000, top1='cat' 0.93``."""
+        if len(self.probs) == 0:
+            return "classes=0"
+        return f"classes={len(self.probs)}, top1={str(self.names.get(self.top1, self.top1))!r} {self.top1_conf:.2f}"
+
     def summary(self) -> str:
         """``name: cat 0.93, dog 0.05, ...``."""
         return f"{self.name}: " + ", ".join(f"{self.names.get(index, index)} {float(self.probs[index]):.2f}" for index in self.top5)
@@ -304,7 +327,7 @@ class ClassificationResult(Result):
         }
 
 
-@dataclass
+@dataclass(repr=False)
 class SegmentationResult(Result):
     """``mask``: ``H×W`` int64 class index per pixel at the original size."""
 
@@ -330,6 +353,10 @@ class SegmentationResult(Result):
         """The image with every predicted class overlaid in its colour."""
         return as_numpy_image(draw_mask(self.orig_image, self.mask, alpha=alpha))
 
+    def _repr_contents(self) -> str:
+        """``mask=480×640, classes=3`` (the classes present)."""
+        return f"mask={'×'.join(str(side) for side in self.mask.shape)}, classes={len(self.classes)}"
+
     def summary(self) -> str:
         """``name: road 62%, car 8%, ...`` (share of pixels per class)."""
         values, counts = torch.unique(self.mask, return_counts=True)
@@ -345,7 +372,7 @@ class SegmentationResult(Result):
         return {**super().to_dict(), "class_pixel_share": shares}
 
 
-@dataclass
+@dataclass(repr=False)
 class RestorationResult(Result):
     """``image``: the restored uint8 ``3×H×W`` image at the original size."""
 
@@ -355,6 +382,10 @@ class RestorationResult(Result):
     def plot(self) -> np.ndarray:
         """The restored image."""
         return as_numpy_image(self.image)
+
+    def _repr_contents(self) -> str:
+        """``restored=3×480×640``."""
+        return f"restored={'×'.join(str(side) for side in self.image.shape)}"
 
     def summary(self) -> str:
         """``name: restored 640×480``."""

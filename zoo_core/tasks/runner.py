@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 import os
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import VIDEO_SUFFIXES
-from zoo_core.errors import ArgumentError
+from zoo_core.errors import ArgumentError, warn
 from zoo_core.tasks import get_task
 
 if TYPE_CHECKING:
@@ -45,7 +44,7 @@ def resolve_device(device: Any = None) -> "torch.device":
     plan = resolve_device_plan(device)
     if plan.multi_device:
         chosen = plan.torch_device(0)
-        warnings.warn(f"device={device!r} names {plan.world_size} devices; validation and prediction run on one: {chosen}", stacklevel=3)
+        warn(f"device={device!r} names {plan.world_size} devices; validation and prediction run on one: {chosen}")
         return chosen
     return plan.torch_device(0)
 
@@ -75,7 +74,7 @@ def check_image_size(image_size: "ImageSize | list[int]", multiple: int = 1, tas
         )
     if multiple > 1 and any(side % multiple for side in image_size_hw(size)):
         rounded = normalise_image_size(tuple(-(-side // multiple) * multiple for side in image_size_hw(size)))
-        warnings.warn(f"imgsz={image_size!r} is not a multiple of {multiple}; using {rounded!r}", stacklevel=3)
+        warn(f"imgsz={image_size!r} is not a multiple of {multiple}; using {rounded!r}")
         return rounded
     return size
 
