@@ -105,7 +105,7 @@ def test_mistyped_predict_val_and_export_keywords_get_did_you_mean(detector):
 
 def test_box_options_on_a_classifier_name_the_option_and_the_task():
     classifier = LibreYOLO("resnet18", num_classes=2)
-    for option, value in (("save_crop", True), ("save_txt", True), ("line_width", 2), ("classes", [0])):
+    for option, value in (("save_crop", True), ("save_txt", True), ("line_width", 2), ("classes", [0]), ("classes", 0)):
         with pytest.raises(ArgumentError, match=re.escape(f"predict({option}={value!r}) does not apply to 'classify' models")):
             classifier.predict(sample_image(), imgsz=32, **{option: value})
 

@@ -258,7 +258,8 @@ def predict(
     task = get_task(libre.task, input_pipeline=libre.input_pipeline)
     given = {"classes": classes, "save_txt": save_txt, "save_conf": save_conf, "save_crop": save_crop, "line_width": line_width}
     for option, value in given.items():
-        if value not in (None, False) and option not in task.predict_options:
+        # Identity, not equality: classes=0 is a class index, and 0 == False.
+        if value is not None and value is not False and option not in task.predict_options:
             supported = ", ".join(sorted(task.predict_options)) or "none of them"
             raise ArgumentError(
                 f"predict({option}={value!r}) does not apply to {libre.task!r} models (it {PREDICT_OPTIONS[option]}); "
