@@ -288,8 +288,10 @@ def train_on_two_spawned_cpu_ranks(name: str, *, num_train: int, num_val: int, m
 
 
 def assert_caller_holds_rank_zeros_best(model: LibreYOLO, result: TrainResult) -> None:
-    """After a multi-rank run the caller's model holds the weights of rank 0's best checkpoint."""
-    assert_holds_the_weights_of(torch.load(result.best, map_location="cpu", weights_only=True)["model"], model.model)
+    """After a multi-rank run the caller's model holds the weights of rank 0's best checkpoint: in full precision,
+    which the final best.pt holds rounded to float16."""
+    best = torch.load(result.best, map_location="cpu", weights_only=True)["model"]
+    assert all(torch.equal(value.to(best[key].dtype), best[key]) for key, value in model.model.state_dict().items())
 
 
 # ------------------------------------------------------------------------------ it runs on two processes

@@ -273,3 +273,62 @@ def test_sigkill_at_random_points_of_rank0s_checkpoint_write_always_leaves_a_res
     assert after["epoch"] == before["epoch"] + 1 and resumed.epochs_completed == 2
     assert after["history"][0] == before["history"][0] and len(after["history"]) == 2
     assert not list(last.parent.glob(".*.tmp")), "the resumed run did not sweep the killed writers' temp files"
+
+
+# --------------------------------------------------------------------------- the final best.pt is lean
+def test_the_final_best_pt_is_lean_half_precision_weights_and_predicts_like_the_full_checkpoint(tmp_path):
+    """Once training ends, best.pt holds the EMA weights in float16 and no optimizer or second copy; last.pt stays
+    resumable; LibreYOLO(best.pt) predicts and validates like the full weights, and still exports for LibreYOLO."""
+    from zoo_core import LibreYOLO
+    from zoo_core.weights import read_checkpoint
+
+    data = "shapes:train=4,val=2,size=32"
+    model = LibreYOLO("yolo9-t")
+    result = model.train(data=data, epochs=1, batch=4, imgsz=32, workers=0, plots=False, verbose=False, val=False,
+                         project=str(tmp_path / "runs"))
+    best = torch.load(result.best, map_location="cpu", weights_only=True)
+    last = torch.load(result.last, map_location="cpu", weights_only=True)
+    assert not {"optimizer", "train_model", "scaler", "history"} & set(best), sorted(best)
+    assert {"optimizer", "train_model", "epoch", "config", "run_dir"} <= set(last)  # last.pt: still a full checkpoint
+    floats = [tensor for tensor in best["model"].values() if tensor.is_floating_point()]
+    assert floats and all(tensor.dtype == torch.float16 for tensor in floats)
+    assert result.best.stat().st_size * 4 < result.last.stat().st_size
+    assert best["epoch"] == last["epoch"] == 0 and best["meta"]["family"] == "yolo9"
+    read_checkpoint(result.best)  # its checksum is over the half-precision tensors it holds
+
+    # One epoch: best.pt and last.pt hold the same (EMA) weights, one in float32, one in float16; the caller the float32.
+    assert all(torch.equal(value, last["model"][key]) for key, value in model.model.state_dict().items())
+    full, lean = LibreYOLO(result.last), LibreYOLO(result.best)
+    for key, tensor in full.model.state_dict().items():
+        assert torch.allclose(tensor.float(), lean.model.state_dict()[key].float(), rtol=1e-3, atol=1e-4), key
+    image = torch.randint(0, 255, (32, 32, 3), dtype=torch.uint8, generator=torch.Generator().manual_seed(0)).numpy()
+    expected, actual = full.predict(image, conf=0.0)[0], lean.predict(image, conf=0.0)[0]
+    assert len(expected.boxes) > 0 and len(actual.boxes) == len(expected.boxes)
+    assert torch.allclose(expected.boxes.conf, actual.boxes.conf, atol=2e-3)
+    assert torch.allclose(expected.boxes.xyxy, actual.boxes.xyxy, atol=0.5)
+
+    libreyolo = pytest.importorskip("libreyolo")
+    exported = lean.export("libreyolo", tmp_path / "LibreYOLO9t.pt")  # LibreYOLO's own format, in float32
+    reference = libreyolo.LibreYOLO(str(exported))
+    assert sum(parameter.numel() for parameter in reference.model.parameters()) == sum(
+        parameter.numel() for parameter in lean.model.parameters())
+
+
+def test_resuming_from_a_lean_best_pt_names_the_last_pt_beside_it(tmp_path):
+    from zoo_core import LibreYOLO
+    from zoo_core.errors import ResumeError
+
+    from .support import use_test_families, write_class_folders
+
+    use_test_families()
+    data = write_class_folders(tmp_path / "data", per_class=4, val_per_class=2, size=16)
+    settings = dict(device="cpu", batch=8, imgsz=16, workers=0, nbs=8, plots=False, verbose=False)
+    # time= stops the run after its first epoch of three: last.pt can be resumed, best.pt cannot.
+    result = LibreYOLO("tinynet-s").train(data=str(data), epochs=3, time=1e-9, project=str(tmp_path / "runs"), **settings)
+    with pytest.raises(ResumeError, match="kept lean") as caught:
+        LibreYOLO("tinynet-s").train(resume=str(result.best), device="cpu", workers=0)
+    assert str(result.last) in str(caught.value)
+    with pytest.raises(ResumeError, match="kept lean"):
+        LibreYOLO(result.best).train(resume=True, device="cpu", workers=0)
+    resumed = LibreYOLO(result.last).train(resume=True, device="cpu", workers=0)
+    assert resumed.epochs_completed == 2  # one more epoch: the saved time= stops it again

@@ -27,6 +27,7 @@ def test_the_python_examples_run_and_print_what_they_say():
     assert "shapes:train=32,val=8,size=96,seed=1" in output
     assert "class id 7 is outside names (0..2); line skipped" in output
     assert "['fitness', 'mAP50', 'mAP50-95', 'mAP75', 'mAR100']" in output
+    assert "True runs/detect/predict" in output  # predict(classes=..., save_txt=..., save_crop=...) kept only those
 
 
 def test_the_yaml_examples_parse():

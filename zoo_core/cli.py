@@ -367,14 +367,21 @@ def command_predict(arguments: argparse.Namespace) -> int:
     if "source" not in settings:
         raise TrainConfigError("zoo predict needs a SOURCE: an image, a folder, a glob or a video (or source=...)")
     settings.pop("stream", None)
-    saved: set[str] = set()
+    verbose = settings.pop("verbose", True) is not False  # verbose=false: no line per image, as Ultralytics
+    drawn: set[str] = set()
+    written: set[str] = set()  # labels/ or crops/ without drawings
     # Streamed: a video or a large folder is read, predicted and printed one image at a time.
-    for result in model.predict(settings.pop("source"), stream=True, **settings):
-        print(result.summary())
+    for result in model.predict(settings.pop("source"), stream=True, verbose=False, **settings):
+        if verbose:
+            print(result.summary())
         if getattr(result, "save_path", None):
-            saved.add(str(result.save_path.parent))
-    if saved:
-        print(f"drawn results written to {', '.join(sorted(saved))}")
+            drawn.add(str(result.save_path.parent))
+        elif getattr(result, "save_dir", None):
+            written.add(str(result.save_dir))
+    if drawn:
+        print(f"drawn results written to {', '.join(sorted(drawn))}")
+    if written:
+        print(f"results written to {', '.join(sorted(written))}")
     return 0
 
 

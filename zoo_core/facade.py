@@ -294,15 +294,20 @@ class LibreYOLO:
             checkpoint.update(imgsz_h=height, imgsz_w=width)
         return atomic_torch_save(checkpoint, path)
 
-    def export(self, format: str = "libreyolo", path: str | os.PathLike[str] | None = None, *, batch: int = 1) -> Path:
+    def export(self, format: str = "libreyolo", path: str | os.PathLike[str] | None = None, *, batch: int = 1,
+               **unknown: Any) -> Path:
         """Write the model in ``format`` and return the file.
 
         ``"libreyolo"`` is a LibreYOLO 1.6 checkpoint; ``"onnx"`` and ``"torchscript"`` are the
         eval-mode graph at the model's input size with a dynamic batch (``zoo_core.export``).
         The default path sits beside the weights the model was loaded from (``best.onnx``), or in
-        the current folder for a fresh model (``yolo9-t.onnx``, ``yolo9-t.libreyolo.pt``).
+        the current folder for a fresh model (``yolo9-t.onnx``, ``yolo9-t.libreyolo.pt``). Another keyword
+        is an ``ArgumentError`` naming the closest of these.
         """
         from zoo_core.export import GRAPH_FORMATS, export_graph
+        from zoo_core.tasks.runner import check_arguments
+
+        check_arguments("export", unknown, ("format", "path", "batch"))
 
         suffixes = {"libreyolo": ".libreyolo.pt", **GRAPH_FORMATS}
         if format not in suffixes:
@@ -390,9 +395,11 @@ class LibreYOLO:
         return outcome.result
 
     def val(self, **kwargs: Any) -> dict[str, float]:
-        """Validate on ``data`` and return the task's metrics (``zoo_core.tasks.runner.validate``)."""
-        from zoo_core.tasks.runner import validate
+        """Validate on ``data`` and return the task's metrics (``zoo_core.tasks.runner.validate`` lists every argument;
+        another is an ``ArgumentError`` naming the closest)."""
+        from zoo_core.tasks.runner import arguments_of, check_arguments, validate
 
+        check_arguments("val", kwargs, arguments_of(validate, internal=("libre", "size_multiple")))
         validation = validate(self, size_multiple=self._recipe().input_size_multiple(), **kwargs)
         if validation.report_dir is not None:
             self.last_val_dir = validation.report_dir
@@ -402,10 +409,13 @@ class LibreYOLO:
         """Predict on an image, a video, a folder, a glob, a PIL image, an array, or a list of them.
 
         Returns the list of results, or with ``stream=True`` a generator yielding them one at a
-        time (``zoo_core.tasks.runner.predict`` lists every argument).
+        time (``zoo_core.tasks.runner.predict`` lists every argument: Ultralytics' ``classes``, ``save_txt``,
+        ``save_conf``, ``save_crop``, ``line_width`` and ``verbose`` among them; another is an ``ArgumentError``
+        naming the closest).
         """
-        from zoo_core.tasks.runner import predict
+        from zoo_core.tasks.runner import arguments_of, check_arguments, predict
 
+        check_arguments("predict", kwargs, arguments_of(predict, internal=("libre", "source", "size_multiple")))
         return predict(self, source, size_multiple=self._recipe().input_size_multiple(), **kwargs)
 
     def inference_model(self, device: Any) -> Any:

@@ -53,6 +53,7 @@ __all__ = [
     "weights_digest",
     "verify_digest",
     "DIGEST_KEY",
+    "LEAN_KEY",
 ]
 
 _META_KEY = "zoo"
@@ -124,6 +125,8 @@ def _unshared(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tens
 
 
 DIGEST_KEY = "weights_sha256"  # in the metadata: the digest of the tensors, checked on load
+# Marks a run's final best.pt, rewritten lean (zoo_core/engine/checkpoint.py): resume then names last.pt.
+LEAN_KEY = "lean"
 
 
 def weights_digest(state_dict: Mapping[str, "torch.Tensor"]) -> str:

@@ -94,9 +94,8 @@ def _fit_spawned(spec: ModelSpec, config: TrainConfig, plan: "DevicePlan", *, ma
     arguments.update(pickle_arguments({"spec": spec, "prepared": prepared, "resume_from": resume_from, "device plan": plan}))
     user_port = config.master_port or (int(os.environ["MASTER_PORT"]) if os.environ.get("MASTER_PORT") else None)
     cpu_threads = max(1, (os.cpu_count() or 1) // world_size) if plan.kind == "cpu" else 0
-    result, trained_spec = launch(_spawned_rank, arguments, LaunchPlan(
+    result, trained_spec, state_dict = launch(_spawned_rank, arguments, LaunchPlan(
         world_size, cpu_threads, user_port, "master_port=" if config.master_port else "MASTER_PORT"))
-    state_dict = torch.load(result.best, map_location="cpu", weights_only=True)["model"]
     return FitOutcome(result=result, spec=trained_spec, state_dict=state_dict)
 
 
@@ -111,10 +110,11 @@ def _user_arguments(config: TrainConfig, manager: "ZooPluginManager") -> dict[st
     return arguments
 
 
-def _spawned_rank(local_rank: int, arguments: dict[str, Any]) -> tuple[Any, ModelSpec]:
+def _spawned_rank(local_rank: int, arguments: dict[str, Any]) -> tuple[Any, ModelSpec, dict[str, Any]]:
     """A spawned worker: rebuild the plugin manager from the arguments, then run the torchrun code path.
 
-    Returns the run's result and the trained model's spec (the launcher hands rank 0's to the caller).
+    Returns the run's result, the trained model's spec and its best weights in full precision (the
+    launcher hands rank 0's to the caller; the final ``best.pt`` on disk holds them in half precision).
     """
     from zoo_core.plugin_manager import reset_plugin_manager
 
@@ -128,4 +128,4 @@ def _spawned_rank(local_rank: int, arguments: dict[str, Any]) -> tuple[Any, Mode
     plan: "DevicePlan" = arguments["device plan"]
     outcome = run_rank(arguments["spec"], config, device=plan.torch_device(local_rank), manager=manager,
                        prepared=arguments["prepared"], resume_from=arguments["resume_from"])
-    return outcome.result, outcome.spec
+    return outcome.result, outcome.spec, outcome.state_dict

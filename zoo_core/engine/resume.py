@@ -15,7 +15,7 @@ from typing import Any
 from zoo_core.engine.config import RESUME_OVERRIDABLE, TrainConfig
 from zoo_core.engine.spec import ModelSpec
 from zoo_core.errors import ResumeError, ZooError
-from zoo_core.weights import ModelMeta, read_checkpoint
+from zoo_core.weights import LEAN_KEY, ModelMeta, read_checkpoint
 
 __all__ = [
     "find_resume_checkpoint",
@@ -91,6 +91,14 @@ def _meta_of(path: Path) -> ModelMeta | None:
 def read_training_checkpoint(path: Path) -> dict[str, Any]:
     """A training checkpoint (``weights_only=True``); ``ResumeError`` if it cannot be resumed."""
     _, _, checkpoint = read_checkpoint(path)
+    if checkpoint.get(LEAN_KEY):
+        last = Path(path).with_name("last.pt")
+        where = str(last) if last.is_file() else "the run's weights/last.pt"
+        raise ResumeError(
+            f"{path} is the final best.pt of a finished run, kept lean (its weights in half precision, without the "
+            f"optimizer state a resume needs), so it cannot be resumed. Resume from {where}: "
+            f"LibreYOLO({where!r}).train(resume=True), or fine-tune from it as a new run: LibreYOLO({str(path)!r}).train(data=...)"
+        )
     missing = [key for key in ("optimizer", "epoch", "config", "train_model", "run_dir") if key not in checkpoint]
     if missing:
         raise ResumeError(f"{path} is not a resumable training checkpoint (missing {', '.join(missing)}); resume from a run's weights/last.pt")

@@ -28,7 +28,7 @@ from torch.utils.data import DataLoader, DistributedSampler, Subset
 from zoo_core.data.damaged import DAMAGED_KEY, CountDamaged, SkipDamagedImages
 from zoo_core.data.loader_workers import loader_start_method
 from zoo_core.engine.callbacks import CallbackList, make_loggers
-from zoo_core.engine.checkpoint import CheckpointWriter, snapshot
+from zoo_core.engine.checkpoint import CheckpointWriter, snapshot, write_lean_best
 from zoo_core.engine.config import TrainConfig
 from zoo_core.engine.distributed import DistributedContext
 from zoo_core.engine.ema import ModelEMA
@@ -378,6 +378,7 @@ class Trainer:
         result = self._result(epoch + 1, stopped_early, weights_dir)
         if config.plots and loaders.val is not None and result.best_epoch is not None:
             self._report_best(state, loaders, result)
+        self._make_best_lean(result)
         if context.is_main:
             if config.plots:
                 plot_results(self.run_dir / "results.csv")
@@ -399,6 +400,18 @@ class Trainer:
         report = ValidationReport(self.run_dir, write=self.context.is_main)
         batches = validation_progress(loaders.val, enabled=self.context.is_main and self.config.verbose)
         self.task.validate(model, batches, self.device, self.meta.names, report=report)
+
+    def _make_best_lean(self, result: TrainResult) -> None:
+        """Rank 0 rewrites the final ``best.pt`` lean (``checkpoint.write_lean_best``).
+
+        Every rank first reads the full-precision best weights (what the caller receives, so a frozen
+        layer stays bit for bit what it was); the barrier keeps rank 0 from replacing the file while
+        another rank is still about to read it.
+        """
+        self.shared_best_weights(result)
+        self.context.barrier()
+        if self.context.is_main and result.best.is_file():
+            write_lean_best(result.best)
 
     def _draw_training_batch(self, batch: dict[str, Any], index: int) -> None:
         """``train_batch<index>.jpg``: what the model is fed after augmentation (rank 0, first epoch, first batches)."""

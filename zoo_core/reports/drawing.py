@@ -53,8 +53,12 @@ def draw_boxes(
     labels: Sequence[int],
     names: Mapping[int, str],
     scores: Sequence[float] | None = None,
+    line_width: int | None = None,
 ) -> torch.Tensor:
-    """``image`` with xyxy ``boxes`` (input pixels), captioned ``name`` or ``name score`` on a filled box in the class colour."""
+    """``image`` with xyxy ``boxes`` (input pixels), captioned ``name`` or ``name score`` on a filled box in the class colour.
+
+    ``line_width`` (pixels) overrides the width chosen for the image's size.
+    """
     from torchvision.utils import draw_bounding_boxes
 
     labels = [int(label) for label in labels]
@@ -68,7 +72,7 @@ def draw_boxes(
     # Captions on a filled box in the class colour, sized to the image: readable on busy pictures.
     font_size, line = drawing_sizes((int(image.shape[-2]), int(image.shape[-1])))
     return draw_bounding_boxes(
-        image, boxes.detach().float().cpu().reshape(-1, 4), labels=captions, colors=colours, width=line,
+        image, boxes.detach().float().cpu().reshape(-1, 4), labels=captions, colors=colours, width=line_width or line,
         font=caption_font(), font_size=font_size, label_colors=(255, 255, 255), label_background_colors=colours,
         fill_labels=True,
     )

@@ -168,6 +168,10 @@ class Task(abc.ABC):
     supports_multi_scale: ClassVar[bool] = False
     #: Whether ``predict(tile=True)`` (sliding windows at the image's own resolution) is implemented.
     supports_tiling: ClassVar[bool] = False
+    #: The ``predict`` options about which found items a result keeps and what is written beside the drawing
+    #: (of ``classes``, ``save_txt``, ``save_conf``, ``save_crop``, ``line_width``) that this task's results
+    #: support; ``predict`` refuses the others by name for this task (``zoo_core/tasks/runner.py``).
+    predict_options: ClassVar[frozenset[str]] = frozenset()
     #: Modules a training worker needs before its first step, beyond the engine and this task's module:
     #: imported once by the workers' forkserver (``zoo_core/engine/launcher.py``).
     worker_modules: ClassVar[tuple[str, ...]] = ()

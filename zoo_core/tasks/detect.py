@@ -217,6 +217,8 @@ class DetectTask(Task):
     thresholds = ("conf", "iou", "max_det")
     result_type = "zoo_core.tasks.predictions:DetectionResult"
     supports_multi_scale = True
+    # Boxes have classes to keep, YOLO label lines to write, regions to crop and lines to draw.
+    predict_options = frozenset({"classes", "save_txt", "save_conf", "save_crop", "line_width"})
     default_input_pipeline = InputPipeline(resize="letterbox")  # LibreYOLO's YOLO letterbox: top-left, OpenCV bilinear
 
     def __init__(self, conf: float = 0.001, iou: float = 0.7, max_det: int = 300, **declared: Any) -> None:

@@ -5,13 +5,14 @@ RGB tensor), ``path`` (the file, or ``None`` for in-memory images), ``name``, ``
 ``plot()`` (an ``H×W×3`` uint8 RGB NumPy array with the prediction drawn), ``save(path)``,
 ``summary()`` (one line), ``to_dict()`` / ``to_json()`` (plain data), ``rows()`` / ``to_df()``
 (a table) and ``orig_img`` (``H×W×3`` RGB array). ``save_path`` is set when ``predict(save=True)``
-wrote the drawing. Detection's ``boxes`` and classification's ``probs`` are tensors that also
+wrote the drawing, ``save_dir`` when predict wrote anything for it (the drawing, ``labels/``, ``crops/``). Detection's ``boxes`` and classification's ``probs`` are tensors that also
 offer Ultralytics' views (``boxes.xyxy``, ``boxes.xywh``, ``boxes.conf``, ``boxes.cls``,
 ``probs.top1``, ``probs.top5``...).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -115,6 +116,7 @@ class Result:
     name: str
     names: dict[int, str]
     save_path: Path | None = field(default=None, init=False)
+    save_dir: Path | None = field(default=None, init=False)
 
     @property
     def orig_shape(self) -> tuple[int, int]:
@@ -125,13 +127,13 @@ class Result:
         """The original image with the prediction drawn, ``H×W×3`` uint8 RGB."""
         return as_numpy_image(self.orig_image)
 
-    def save(self, path: str | Path) -> Path:
-        """Write ``plot()`` to ``path`` (format from the suffix) and return the path."""
+    def save(self, path: str | Path, **drawing: Any) -> Path:
+        """Write ``plot(**drawing)`` to ``path`` (format from the suffix) and return the path."""
         from PIL import Image
 
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        Image.fromarray(self.plot()).save(path)
+        Image.fromarray(self.plot(**drawing)).save(path)
         return path
 
     def summary(self) -> str:
@@ -213,6 +215,12 @@ class LabelledItemsResult(Result):
             "classes": [self.names.get(int(label), str(label)) for label in self.labels.tolist()],
         }
 
+    def keep_classes(self, classes: "list[int]") -> "LabelledItemsResult":
+        """A copy holding only the items whose class index is in ``classes`` (``predict(classes=[...])``)."""
+        keep = torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype))
+        items = getattr(self, self.geometry).as_subclass(torch.Tensor)
+        return dataclasses.replace(self, **{self.geometry: items[keep]}, scores=self.scores[keep], labels=self.labels[keep])
+
 
 @dataclass(repr=False)
 class DetectionResult(LabelledItemsResult):
@@ -235,10 +243,52 @@ class DetectionResult(LabelledItemsResult):
             for box, score, label in zip(self.boxes.xyxy.tolist(), self.scores.tolist(), self.labels.tolist())
         ]
 
-    def plot(self) -> np.ndarray:
-        """Boxes with ``name score`` captions on a filled box in the class colour, sized to the image."""
-        drawn = draw_boxes(self.orig_image, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist())
+    def plot(self, line_width: int | None = None) -> np.ndarray:
+        """Boxes with ``name score`` captions on a filled box in the class colour, sized to the image.
+
+        ``line_width`` (pixels) sets the boxes' line width instead of the one chosen for the image's size.
+        """
+        drawn = draw_boxes(self.orig_image, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist(),
+                           line_width=line_width)
         return as_numpy_image(drawn)
+
+    def yolo_lines(self, save_conf: bool = False) -> list[str]:
+        """One line per box in the YOLO label format: ``class cx cy w h`` (normalised to the image), then the score
+        with ``save_conf``; numbers written as Ultralytics' ``save_txt`` writes them (``%g``)."""
+        lines = []
+        for label, box, score in zip(self.labels.tolist(), self.boxes.xywhn.tolist(), self.scores.tolist()):
+            values = (label, *box, score) if save_conf else (label, *box)
+            lines.append(" ".join(f"{value:g}" for value in values))
+        return lines
+
+    def save_txt(self, path: str | Path, save_conf: bool = False) -> Path:
+        """Write ``yolo_lines(save_conf)`` to ``path`` (one line per box; an empty file when nothing was found)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{line}\n" for line in self.yolo_lines(save_conf)), encoding="utf-8")
+        return path
+
+    def save_crops(self, directory: str | Path, stem: str) -> list[Path]:
+        """Each box's region of the original image, saved as ``directory/<class name>/<stem>.jpg`` (``<stem>_2.jpg``...
+        for the second box of a class); boxes are rounded outwards to whole pixels and clipped to the image."""
+        from PIL import Image
+
+        image = as_numpy_image(self.orig_image)
+        height, width = self.orig_shape
+        written: list[Path] = []
+        for box, label in zip(self.boxes.xyxy.tolist(), self.labels.tolist()):
+            x1, y1 = max(0, int(np.floor(box[0]))), max(0, int(np.floor(box[1])))
+            x2, y2 = min(width, int(np.ceil(box[2]))), min(height, int(np.ceil(box[3])))
+            if x2 <= x1 or y2 <= y1:
+                continue  # a box outside the image, or of no area: nothing to crop
+            folder = Path(directory) / str(self.names.get(int(label), label))
+            folder.mkdir(parents=True, exist_ok=True)
+            path, counter = folder / f"{stem}.jpg", 2
+            while path in written or path.exists():
+                path, counter = folder / f"{stem}_{counter}.jpg", counter + 1
+            Image.fromarray(image[y1:y2, x1:x2]).save(path)
+            written.append(path)
+        return written
 
 
 @dataclass(repr=False)

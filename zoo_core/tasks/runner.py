@@ -24,9 +24,45 @@ if TYPE_CHECKING:
     from zoo_core.registry import ImageSize
     from zoo_core.tasks.predictions import Result
 
-__all__ = ["Validation", "validate", "predict", "resolve_device", "check_image_size"]
+__all__ = ["Validation", "validate", "predict", "resolve_device", "check_image_size", "check_arguments", "PREDICT_OPTIONS"]
 
 LOGGER = logging.getLogger(__name__)
+#: The per-image line of ``predict(verbose=True)`` (``zoo predict`` prints it; the Python API logs it at INFO).
+PREDICT_LOGGER = logging.getLogger("zoo.predict")
+
+#: The predict options a task states support for (``Task.predict_options``), with what each needs of a result.
+PREDICT_OPTIONS = {
+    "classes": "keeps only the found items of these class indices",
+    "save_txt": "writes a YOLO label line (class cx cy w h) per box",
+    "save_conf": "adds the score to save_txt's label lines",
+    "save_crop": "saves the region of each box",
+    "line_width": "sets the line width of the drawn boxes",
+}
+
+
+def check_arguments(call: str, given: Any, accepted: Any) -> None:
+    """``ArgumentError`` for the first key of ``given`` not in ``accepted``, with the closest accepted names.
+
+    ``call`` names the method in the message (``"predict"``): a typo gets the same "did you mean"
+    as a training argument (``TrainConfig.build``) instead of Python's bare ``TypeError``.
+    """
+    import difflib
+
+    accepted = list(accepted)
+    unknown = [key for key in given if key not in accepted]
+    if unknown:
+        key = unknown[0]
+        close = difflib.get_close_matches(str(key), accepted, n=3)
+        hint = f" Did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ArgumentError(f"unknown {call} argument {key!r} in {call}().{hint} Accepted arguments: {', '.join(accepted)}")
+
+
+def arguments_of(function: Any, internal: tuple[str, ...] = ()) -> list[str]:
+    """The keyword names ``function`` accepts, less ``internal`` ones (what the facade passes itself)."""
+    import inspect
+
+    return [name for name, parameter in inspect.signature(function).parameters.items()
+            if parameter.kind in (parameter.POSITIONAL_OR_KEYWORD, parameter.KEYWORD_ONLY) and name not in internal]
 
 
 def resolve_device(device: Any = None) -> "torch.device":
@@ -180,6 +216,12 @@ def predict(
     size_multiple: int = 1,
     tile: bool = False,
     stream: bool = False,
+    classes: int | list[int] | None = None,
+    save_txt: bool = False,
+    save_conf: bool = False,
+    save_crop: bool = False,
+    line_width: int | None = None,
+    verbose: bool = True,
 ) -> "list[Result] | Iterator[Result]":
     """Predict on ``source``; one result per image, in original-image coordinates.
 
@@ -198,21 +240,79 @@ def predict(
             larger than the size the model was trained at.
         stream: return a generator that reads, predicts and yields one image at a time (a long
             video or a large folder is never held in memory), instead of the list of results.
+        classes: keep only the found items of these class indices (an int or a list), of the ``max_det``
+            the model returned (detection, points).
+        save_txt: write ``labels/<image stem>.txt`` in the run folder, one YOLO label line per box
+            (``class cx cy w h``, normalised to the image; no file for an image without boxes), as Ultralytics.
+        save_conf: with ``save_txt``, add each box's score to its line.
+        save_crop: save each box's region as ``crops/<class name>/<image stem>.jpg`` in the run folder.
+        line_width: the line width (pixels) of the boxes ``save`` draws (default: sized to the image).
+        verbose: one line per image (``result.summary()``) on the ``zoo.predict`` logger at INFO, which
+            ``zoo predict`` prints; False: none.
+
+    ``classes``, ``save_txt``, ``save_conf``, ``save_crop`` and ``line_width`` apply to the tasks whose
+    ``predict_options`` name them (detection: all; points: ``classes``); another task's model refuses
+    them with an ``ArgumentError`` naming the option and the task.
     """
     task = get_task(libre.task, input_pipeline=libre.input_pipeline)
+    given = {"classes": classes, "save_txt": save_txt, "save_conf": save_conf, "save_crop": save_crop, "line_width": line_width}
+    for option, value in given.items():
+        # Identity, not equality: classes=0 is a class index, and 0 == False.
+        if value is not None and value is not False and option not in task.predict_options:
+            supported = ", ".join(sorted(task.predict_options)) or "none of them"
+            raise ArgumentError(
+                f"predict({option}={value!r}) does not apply to {libre.task!r} models (it {PREDICT_OPTIONS[option]}); "
+                f"of {', '.join(PREDICT_OPTIONS)}, their predict takes {supported}"
+            )
+    if save_conf and not save_txt:
+        raise ArgumentError("predict(save_conf=True) adds the score to save_txt's label lines; add save_txt=True")
+    if line_width is not None and (not isinstance(line_width, int) or isinstance(line_width, bool) or line_width < 1):
+        raise ArgumentError(f"predict(line_width={line_width!r}): give a positive number of pixels, or None (sized to the image)")
+    wanted = _class_indices(classes, libre.names) if classes is not None else None
     image_size = check_image_size(imgsz if imgsz is not None else libre.input_size, size_multiple, libre.task)
     if tile and not task.supports_tiling:
         raise ArgumentError(f"predict(tile=True) is sliding-window inference at each image's own resolution, which {libre.task!r} "
                             "models do not do; they predict whole images")
     torch_device = resolve_device(device)
     options = {"conf": conf, "iou": iou, "max_det": max_det, **({"tile": True} if tile else {})}
-    results = _predictions(libre, task, source, torch_device, image_size, options, project=project, name=name if save else None)
+    outputs = _Outputs(save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop, line_width=line_width)
+    results = _predictions(libre, task, source, torch_device, image_size, options, project=project, name=name,
+                           outputs=outputs, classes=wanted, verbose=verbose)
     return results if stream else list(results)
 
 
+def _class_indices(classes: Any, names: dict[int, str]) -> list[int]:
+    """``predict(classes=...)`` as a list of the model's class indices; ``ArgumentError`` naming a stranger."""
+    listed = [classes] if isinstance(classes, int) and not isinstance(classes, bool) else classes
+    if not isinstance(listed, (list, tuple)) or not all(isinstance(index, int) and not isinstance(index, bool) for index in listed):
+        raise ArgumentError(f"predict(classes={classes!r}): give a class index or a list of them, e.g. classes=[0, 2]")
+    strangers = [index for index in listed if index not in names]
+    if strangers:
+        known = ", ".join(f"{index} {name}" for index, name in list(names.items())[:10])
+        raise ArgumentError(f"predict(classes={classes!r}): the model has no class {strangers[0]}; its classes are {known}"
+                            f"{' ...' if len(names) > 10 else ''}")
+    return list(listed)
+
+
+@dataclass(frozen=True)
+class _Outputs:
+    """What ``predict`` writes into its run folder for each image."""
+
+    save: bool
+    save_txt: bool
+    save_conf: bool
+    save_crop: bool
+    line_width: int | None
+
+    @property
+    def any(self) -> bool:
+        return self.save or self.save_txt or self.save_crop
+
+
 def _predictions(libre: Any, task: Any, source: Any, device: Any, image_size: Any, options: dict[str, Any], *,
-                 project: str | os.PathLike[str], name: str | None) -> "Iterator[Result]":
-    """Read, predict and (when ``name`` is given) save one image at a time."""
+                 project: str | os.PathLike[str], name: str, outputs: _Outputs, classes: list[int] | None,
+                 verbose: bool) -> "Iterator[Result]":
+    """Read, predict, keep ``classes``, write what ``outputs`` asks for and report one image at a time."""
     from zoo_core.data.images import iter_sources
     from zoo_core.run_dirs import next_run_dir
 
@@ -220,13 +320,26 @@ def _predictions(libre: Any, task: Any, source: Any, device: Any, image_size: An
     run_dir: Path | None = None
     used: set[str] = set()
     saved = 0
-    for source_image in iter_sources(source):
+    for index, source_image in enumerate(iter_sources(source), start=1):
         (result,) = task.predict(model, [source_image], device, image_size, libre.names, **options)
-        if name is not None:
+        if classes is not None:
+            result = result.keep_classes(classes)
+        if outputs.any:
             if run_dir is None:
                 run_dir = next_run_dir(libre.task, name, project)
-            result.save_path = result.save(run_dir / _saved_file_name(result, used))
+            result.save_dir = run_dir
+            file_name = _saved_file_name(result, used)
+            drawing = {"line_width": outputs.line_width} if outputs.line_width is not None else {}
+            if outputs.save:
+                result.save_path = result.save(run_dir / file_name, **drawing)
+            stem = Path(file_name).stem
+            if outputs.save_txt and len(result.labels):  # as Ultralytics: no label file for an image without boxes
+                result.save_txt(run_dir / "labels" / f"{stem}.txt", save_conf=outputs.save_conf)
+            if outputs.save_crop:
+                result.save_crops(run_dir / "crops", stem)
             saved += 1
+        if verbose:
+            PREDICT_LOGGER.info("image %d: %s", index, result.summary())
         yield result
     if run_dir is not None:
         LOGGER.info("saved %d result(s) to %s", saved, run_dir)
