@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import logging
 import os
 import tomllib
 
@@ -22,6 +23,10 @@ def test_the_import_layers_hold():
     from importlinter.cli import lint_imports
 
     previous = os.getcwd()
+    # import-linter configures logging with dictConfig, which disables every logger that exists
+    # (zoo.weights among them) for the rest of this test worker's session; they are put back after.
+    loggers = [logger for logger in logging.root.manager.loggerDict.values() if isinstance(logger, logging.Logger)]
+    disabled = [logger.disabled for logger in loggers]
     os.chdir(REPO_ROOT)  # import-linter reads pyproject.toml from the working directory
     try:
         output = io.StringIO()
@@ -29,6 +34,8 @@ def test_the_import_layers_hold():
             status = lint_imports(config_filename=str(REPO_ROOT / "pyproject.toml"), no_cache=True, no_logo=True)
     finally:
         os.chdir(previous)
+        for logger, was_disabled in zip(loggers, disabled):
+            logger.disabled = was_disabled
     assert status == 0, output.getvalue()
 
 
