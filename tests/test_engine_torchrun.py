@@ -99,7 +99,7 @@ def test_e2_torchrun_trains_without_spawning(workspace):
     assert rank0["digest"] == rank1["digest"] and rank0["run_dir"] == rank1["run_dir"] == "runs/classify/single"
     assert rank0["children"] == [0, 0, 0]  # no process was spawned by train()
     # The small-batch warning points at the user's own training call, not at zoo's code.
-    warning = next(line for line in result.stderr.splitlines() if "UserWarning: the model has BatchNorm" in line)
+    warning = next(line for line in result.stderr.splitlines() if "TrainingWarning: the model has BatchNorm" in line)
     assert warning.startswith(str(workspace / "train.py")), warning
     assert sorted(p.name for p in (workspace / "runs").rglob("*.pt")) == ["best.pt", "last.pt"]
 
