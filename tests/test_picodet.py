@@ -205,7 +205,7 @@ def test_picodet_s_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path: P
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "picodet-s", "detect", images=8, size=64, batch=4, val_batch=8, epochs=60, optimizer="AdamW", lr0=0.32,
         lr_schedule="constant", warmup_iters=0, ema=False, seed=learning.seed)
-    learning.expect(metrics, {"mAP50": 0.65}, checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)})
+    learning.expect(metrics, {"mAP50": 0.55}, checks={"drawing": checks.detector_draws_its_predictions(model, images, conf=0.3, size=64, all_true=False)})
 
 
 def test_picodet_s_trains_one_epoch_on_two_spawned_cpu_ranks():

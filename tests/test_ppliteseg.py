@@ -234,7 +234,7 @@ def test_t50_overfits_a_fixed_sample_and_draws_its_masks(tmp_path, learning):
         tmp_path, "ppliteseg-t50", "semantic", images=4, size=64, batch=4, num_classes=5, epochs=30, nbs=4,
         optimizer="AdamW", lr0=0.01, ema=False, warmup_iters=0, seed=learning.seed)
     # The threshold is 80 % of the worst mIoU over seeds and thread counts (benchmarks/learning_margins.py).
-    learning.expect(metrics, {"mIoU": 0.6})
+    learning.expect(metrics, {"mIoU": 0.55})
     checks.assert_segmenter_draws_its_masks(model, images / "000001.png", 64)
 
 
