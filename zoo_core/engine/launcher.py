@@ -54,7 +54,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 from zoo_core import errors
 from zoo_core.engine.distributed import LOOPBACK, find_free_port, is_address_in_use_error, torchrun_environment
 from zoo_core.errors import MasterPortInUseError, UnpicklableArgumentError, WorkerFailedError
-from zoo_core.paths import SPAWN_PREFIX, owned_temp_dir, process_alive, sweep_stale_folders
+from zoo_core.paths import SPAWN_PREFIX, owned_temp_dir, process_alive
 
 __all__ = [
     "LaunchPlan",
@@ -115,11 +115,6 @@ def private_workdir() -> Iterator[Path]:
     for a dead owner (zoo-spawn-*, zoo-weights-*) is swept (``paths.owned_temp_dir``)."""
     with owned_temp_dir(WORKDIR_PREFIX) as directory:
         yield directory
-
-
-def _sweep_stale_workdirs() -> None:
-    """Remove spawn directories whose creating process no longer exists (it was killed mid-run)."""
-    sweep_stale_folders([WORKDIR_PREFIX])
 
 
 def pickle_arguments(arguments: Mapping[str, Any]) -> dict[str, bytes]:
