@@ -1,0 +1,74 @@
+"""Object instances: a box and the region it bounds (polygons or a COCO run-length encoding).
+
+The readers of instance data (YOLO segmentation labels, ``zoo_core.data.yolo_format``; COCO
+instance JSON, ``zoo_core.data.coco_format``) return ``InstanceRecord`` s: a ``DetectionRecord``
+whose every box row has an ``InstanceShape`` and a crowd flag. The segment task rasterises the
+shapes into masks; the detect task reads the same records and uses the boxes only.
+
+Rasterising goes through pycocotools, so a polygon covers exactly the pixels COCO's own tools
+(and its mask mAP) give it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from zoo_core.data.yolo_format import DetectionRecord
+
+__all__ = ["InstanceShape", "InstanceRecord", "polygons_box"]
+
+
+@dataclass(frozen=True)
+class InstanceShape:
+    """One object's region: ``polygons`` (each a k×2 float32 array of ``x, y`` normalised to the image, k ≥ 3;
+    several when the object is in pieces) or ``rle`` (COCO's run-length encoding of a mask of the image's
+    size, ``{"size": [h, w], "counts": ...}``, compressed or not). Exactly one of the two is given."""
+
+    polygons: tuple[np.ndarray, ...] = ()
+    rle: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        if bool(self.polygons) == (self.rle is not None):
+            raise ValueError("an InstanceShape has either polygons or an rle, not both and not neither")
+
+    def rasterise(self, height: int, width: int) -> np.ndarray:
+        """The region as a ``height×width`` bool mask (COCO's rasterisation of polygons)."""
+        from pycocotools import mask as mask_utils
+
+        if self.rle is not None:
+            rle = self.rle
+            if isinstance(rle.get("counts"), list):  # uncompressed, as COCO JSON writes iscrowd regions
+                rle = mask_utils.frPyObjects(rle, *rle["size"])
+            decoded = mask_utils.decode(rle).astype(bool)
+            if decoded.shape != (height, width):
+                raise ValueError(f"an RLE mask of size {decoded.shape} does not fit an image of {(height, width)}")
+            return decoded
+        scale = np.array([width, height], dtype=np.float64)
+        rings = [(polygon.astype(np.float64) * scale).reshape(-1).tolist() for polygon in self.polygons]
+        encoded = mask_utils.merge(mask_utils.frPyObjects(rings, height, width))
+        return mask_utils.decode(encoded).astype(bool)
+
+
+@dataclass
+class InstanceRecord(DetectionRecord):
+    """One usable image, its boxes (``labels``: n×5 float32 ``class, x1, y1, x2, y2`` normalised), one
+    ``InstanceShape`` per box row and ``crowd`` (n bool: COCO's ``iscrowd`` regions, which training
+    leaves out and the metric ignores, as COCO's evaluation does)."""
+
+    shapes: list[InstanceShape] = field(default_factory=list)
+    crowd: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def __post_init__(self) -> None:
+        if len(self.shapes) != len(self.labels) or len(self.crowd) != len(self.labels):
+            raise ValueError(
+                f"{self.image}: {len(self.labels)} boxes but {len(self.shapes)} shapes and {len(self.crowd)} crowd flags"
+            )
+
+
+def polygons_box(polygons: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndarray:
+    """The ``x1, y1, x2, y2`` box (float32, same units as the points) around every point of ``polygons``."""
+    points = np.concatenate([np.asarray(polygon, dtype=np.float32).reshape(-1, 2) for polygon in polygons])
+    return np.concatenate([points.min(axis=0), points.max(axis=0)]).astype(np.float32)
