@@ -220,6 +220,8 @@ class DetectTask(Task):
     # Boxes have classes to keep, YOLO label lines to write, regions to crop and lines to draw.
     predict_options = frozenset({"classes", "save_txt", "save_conf", "save_crop", "line_width"})
     default_input_pipeline = InputPipeline(resize="letterbox")  # LibreYOLO's YOLO letterbox: top-left, OpenCV bilinear
+    #: Which YAML of the built-in shapes dataset ``prepare`` reads for ``data="shapes"`` (the segment task: its polygons).
+    shapes_yaml = "detect.yaml"
 
     def __init__(self, conf: float = 0.001, iou: float = 0.7, max_det: int = 300, **declared: Any) -> None:
         super().__init__(**declared)
@@ -229,7 +231,7 @@ class DetectTask(Task):
 
     def prepare(self, data: str | Path) -> DataSpec:
         shapes_config = parse_shapes(data)
-        yaml_path = materialize_shapes(shapes_config) / "detect.yaml" if shapes_config else _resolve_yaml(data)
+        yaml_path = materialize_shapes(shapes_config) / self.shapes_yaml if shapes_config else _resolve_yaml(data)
         layout = read_detection_yaml(yaml_path)
         for split, entries in layout.splits.items():
             for entry in entries:
