@@ -125,8 +125,11 @@ def index_instance_split(entries: list[Path], names: Mapping[int, str], what: st
     records: list[InstanceRecord] = []
     if yolo_entries:
         records.extend(_index_yolo_entries(yolo_entries, names, report))
-    if coco_entries:  # the COCO reader lands next (zoo_core/data/coco_format.py)
-        raise DatasetError(f"{what}: {coco_entries[0]}: COCO instance JSON is not readable yet; use YOLO-seg labels")
+    if coco_entries:
+        from zoo_core.data.coco_format import read_coco_instances
+
+        for entry in coco_entries:
+            records.extend(read_coco_instances(entry, names, report).records)
     report.finish()
     if not records:
         shown = ", ".join(str(entry) for entry in entries)
