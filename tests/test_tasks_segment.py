@@ -241,7 +241,8 @@ def test_detections_on_crowd_regions_are_ignored_as_coco_does():
     assert counted["segm_map"] < 1.0  # the same miss of an ordinary object lowers recall
 
 
-def lookup_model(task: SegmentTask, dataset: InstanceSegmentationDataset, *, noisy: bool) -> LookupInstanceSegmenter:
+def lookup_model(task: SegmentTask, dataset: InstanceSegmentationDataset, *, noisy: bool,
+                 num_classes: int = len(NAMES)) -> LookupInstanceSegmenter:
     """The true objects of every image as predictions (``noisy``: masks dilated or shifted, scores random, a false object)."""
     generator = torch.Generator().manual_seed(5)
     table = {}
@@ -260,7 +261,7 @@ def lookup_model(task: SegmentTask, dataset: InstanceSegmentationDataset, *, noi
             masks, boxes = torch.cat([masks, false_mask]), torch.cat([boxes, torch.tensor([[2.0, 50.0, 12.0, 60.0]])])
             scores, labels = torch.cat([scores, torch.tensor([0.7])]), torch.cat([labels, torch.tensor([1])])
         table[image_key(batch["images"][0])] = {"boxes": boxes, "scores": scores, "labels": labels, "masks": masks}
-    return LookupInstanceSegmenter(table, len(NAMES)).eval()
+    return LookupInstanceSegmenter(table, num_classes).eval()
 
 
 METRIC_KEYS = {"mAP50-95", "mAP50", "mAP75", "mAR100", "mask_mAP50-95", "mask_mAP50", "mask_mAP75", "fitness"}
@@ -404,3 +405,35 @@ def test_predict_returns_masks_at_the_original_size_through_the_runner(tmp_path:
     assert Image.open(result.save_path).size == (120, 60)
     label_file = result.save_dir / "labels" / f"{Path(result.save_path).stem}.txt"
     assert label_file.read_text().split()[0] == "1" and len(label_file.read_text().split()) >= 7
+
+
+# --------------------------------------------------------------------------- end to end on the built-in shapes
+SHAPES = "shapes:train=4,val=4,size=64,seed=2"
+
+
+def test_prepare_reads_the_shapes_polygons_and_coco_rles_end_to_end(tmp_path: Path):
+    from zoo_core.tasks.runner import validate
+
+    task = get_task("segment")
+    spec = task.prepare(SHAPES)
+    assert spec.task == "segment" and Path(spec.extra["yaml"]).name == "segment.yaml"
+    val = task.dataset(spec, "val", 64, None)
+    batch = task.collate([val[index] for index in range(len(val))])
+    assert len(batch["masks"]) == len(batch["targets"]) > 4
+    assert torch.allclose(boxes_from_masks(batch["masks"]), batch["targets"][:, 2:6], atol=1.5)
+    model = lookup_model(task, val, noisy=False, num_classes=len(spec.names))
+    loader = DataLoader(val, batch_size=2, collate_fn=task.collate)
+    perfect = task.validate(model, loader, torch.device("cpu"), spec.names)
+    # 64-pixel images at a 64-pixel input: the masks make no round trip, so every threshold is met
+    assert perfect["mAP50-95"] == pytest.approx(1.0) and perfect["mask_mAP50-95"] == pytest.approx(1.0)
+    # the same objects read from the COCO JSON (exact RLE masks) are what the polygons are, to COCO's 0.5 IoU at least
+    coco_spec = task.prepare(Path(spec.extra["yaml"]).with_name("coco.yaml"))
+    coco_val = task.dataset(coco_spec, "val", 64, None)
+    assert isinstance(coco_val.records[0].shapes[0].rle, dict)
+    across = task.validate(model, DataLoader(coco_val, batch_size=2, collate_fn=task.collate), torch.device("cpu"), spec.names)
+    assert across["mAP50"] == pytest.approx(1.0) and across["mask_mAP50"] == pytest.approx(1.0)
+    train = task.dataset(spec, "train", 64, AugmentSettings())
+    sample = train[0]
+    assert sample["masks"].shape[-2:] == (64, 64) and torch.equal(sample["boxes"], boxes_from_masks(sample["masks"]))
+    metrics = validate(fake_libre(model, "segment", spec.names, 64), SHAPES, batch=2, imgsz=64, device="cpu", workers=0).metrics
+    assert set(metrics) == METRIC_KEYS and metrics["mask_mAP50-95"] == pytest.approx(1.0)
