@@ -30,7 +30,7 @@ from zoo_core.tasks.predictions import InstanceSegmentationResult, Masks
 from zoo_core.tasks.segment import InstanceSegmentationDataset, SegmentTask, segment_fitness
 
 from . import family_checks as checks
-from .doubles import LookupInstanceSegmenter, fake_libre, image_key
+from .doubles import LookupInstanceSegmenter, TinyInstanceSegmenter, fake_libre, image_key
 
 NAMES = {0: "square", 1: "triangle"}
 COLOURS = {0: (220, 40, 40), 1: (40, 220, 40)}
@@ -437,3 +437,44 @@ def test_prepare_reads_the_shapes_polygons_and_coco_rles_end_to_end(tmp_path: Pa
     assert sample["masks"].shape[-2:] == (64, 64) and torch.equal(sample["boxes"], boxes_from_masks(sample["masks"]))
     metrics = validate(fake_libre(model, "segment", spec.names, 64), SHAPES, batch=2, imgsz=64, device="cpu", workers=0).metrics
     assert set(metrics) == METRIC_KEYS and metrics["mask_mAP50-95"] == pytest.approx(1.0)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
+def test_a_segment_model_exports_its_four_outputs_to_onnx_and_torchscript(tmp_path: Path):
+    import onnxruntime
+
+    from zoo_core.export import export_graph
+
+    torch.manual_seed(0)
+    model = TinyInstanceSegmenter(len(NAMES)).eval()
+    outputs = get_task("segment").export_outputs
+    images = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = [model(images)[name].numpy() for name in outputs]
+    onnx_path = export_graph(model, "onnx", tmp_path / "model.onnx", name="tiny-seg", task="segment", outputs=outputs, input_size=64)
+    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    assert [item.name for item in session.get_outputs()] == list(outputs)
+    for got, want in zip(session.run(None, {"images": images.numpy()}), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    script_path = export_graph(model, "torchscript", tmp_path / "model.torchscript", name="tiny-seg", task="segment",
+                               outputs=outputs, input_size=64)
+    with torch.no_grad():
+        traced = torch.jit.load(str(script_path))(images)
+    assert len(traced) == 4
+    for got, want in zip(traced, expected):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_untrained_prototype_model_validates_and_predicts_through_the_contract(tmp_path: Path):
+    from zoo_core.tasks.runner import predict
+
+    torch.manual_seed(0)
+    task = get_task("segment")
+    spec = task.prepare(SHAPES)
+    model = TinyInstanceSegmenter(len(spec.names)).eval()
+    val = task.dataset(spec, "val", 64, None)
+    metrics = task.validate(model, DataLoader(val, batch_size=2, collate_fn=task.collate), torch.device("cpu"), spec.names)
+    assert set(metrics) == METRIC_KEYS and all(0.0 <= value <= 2.0 for value in metrics.values())
+    image = np.full((48, 80, 3), 90, dtype=np.uint8)
+    (result,) = predict(fake_libre(model, "segment", spec.names, 64), image, conf=0.0, max_det=5)
+    assert result.masks.data.shape == (len(result.boxes), 48, 80) and len(result.masks.xy) == len(result.boxes) <= 5
