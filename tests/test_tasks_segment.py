@@ -228,6 +228,29 @@ def test_perfect_predictions_score_one_and_a_shifted_mask_lowers_mask_map_only()
     assert scores["bbox_map"] == 1.0 and scores["segm_map"] == 0.0
 
 
+def test_the_metric_holds_and_gathers_masks_as_rles_not_dense_tensors(monkeypatch):
+    masks = square_masks([[4, 4, 20, 20]], shape=(480, 640))
+    truth = {"boxes": torch.tensor([[4.0, 4.0, 20.0, 20.0]]), "labels": torch.tensor([0]), "masks": masks}
+    metric = OrderedMeanAveragePrecision(iou_type=("bbox", "segm"))
+    metric.update([{**truth, "scores": torch.tensor([0.9])}], [truth], [0])
+    (held,) = metric.detection_mask[0]
+    size, counts = held
+    assert tuple(size) == (480, 640) and isinstance(counts, bytes) and len(counts) < 100  # a 307,200-pixel mask in bytes
+    # what one rank sends the others: every per-image state, RLE tuples as they are
+    sent = []
+
+    def all_gather_object(gathered: list, local: dict, group=None) -> None:
+        sent.append(local)
+        gathered[:] = [local, {name: [] for name in local}]
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    metric._sync_dist()
+    assert sent[0]["detection_mask"] == [(held,)] and sent[0]["groundtruth_mask"] == metric.groundtruth_mask
+    assert not any(isinstance(item, torch.Tensor) and item.numel() >= 480 * 640 for items in sent[0].values() for item in items)
+    assert float(metric.compute()["segm_map"]) == 1.0
+
+
 def test_detections_on_crowd_regions_are_ignored_as_coco_does():
     truth = {"boxes": torch.tensor([[2.0, 2.0, 12.0, 12.0], [16.0, 16.0, 30.0, 30.0]]), "labels": torch.tensor([0, 0]),
              "masks": square_masks([[2, 2, 12, 12], [16, 16, 30, 30]])}
@@ -405,6 +428,8 @@ def test_predict_returns_masks_at_the_original_size_through_the_runner(tmp_path:
     assert Image.open(result.save_path).size == (120, 60)
     label_file = result.save_dir / "labels" / f"{Path(result.save_path).stem}.txt"
     assert label_file.read_text().split()[0] == "1" and len(label_file.read_text().split()) >= 7
+    (kept,) = predict(libre, image.permute(1, 2, 0).numpy(), conf=0.5, classes=[0])
+    assert len(kept.boxes) == 0 and kept.masks.data.shape == (0, 60, 120)
 
 
 # --------------------------------------------------------------------------- end to end on the built-in shapes

@@ -53,7 +53,7 @@ from zoo_core.data.errors import DatasetError, ProblemReport
 from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import boxes_to_input, fit_to_input
 from zoo_core.ops.boxes import ImagePlacement
-from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError
+from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, unwrap_model
 from zoo_core.tasks.detect import DetectionDataset, DetectTask, _collate_detection, detection_fitness
 from zoo_core.tasks.predictions import InstanceSegmentationResult
 
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from zoo_core.data.instances import InstanceRecord
     from zoo_core.reports.validation_report import ValidationReport
 
-__all__ = ["SegmentTask", "InstanceSegmentationDataset", "segment_fitness", "mask_to_rle"]
+__all__ = ["SegmentTask", "InstanceSegmentationDataset", "segment_fitness", "mask_to_rle", "rles_to_masks"]
 
 #: Where the objects of an augmented sample were: (image, unclipped boxes, classes, n×H×W uint8 masks).
 Instances = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]
@@ -272,8 +272,6 @@ class SegmentTask(DetectTask):
 
     @staticmethod
     def _postprocess(model: torch.nn.Module) -> Any:
-        from zoo_core.tasks.base import unwrap_model
-
         postprocess = getattr(unwrap_model(model), "postprocess", None)
         if not callable(postprocess):
             raise ModelContractError(
