@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +65,10 @@ def scene_records(folder: Path, count: int, *, shape: tuple[int, int] = (64, 64)
         for shape_, label, is_crowd in zip(shapes, classes, crowd):
             pixels[shape_.rasterise(height, width)] = (128, 128, 128) if is_crowd else COLOURS[label]
         path = folder / f"scene{index}.png"
-        Image.fromarray(pixels).save(path)
+        # written whole and renamed into place: the two ranks of a DDP test write the same scenes while reading them
+        partial = folder / f".scene{index}.{os.getpid()}.png"
+        Image.fromarray(pixels).save(partial)
+        os.replace(partial, path)
         boxes = [np.concatenate([polygon.min(0), polygon.max(0)]) for polygon in polygons]
         labels = np.array([[label, *box] for label, box in zip(classes, boxes)], dtype=np.float32)
         records.append(InstanceRecord(image=path, height=height, width=width, labels=labels, shapes=shapes,

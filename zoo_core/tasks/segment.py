@@ -151,13 +151,13 @@ class InstanceSegmentationDataset(DetectionDataset):
             piece_image, piece_boxes, masks, _ = resize_long_side(piece_image, size, boxes=piece_boxes, mask=masks)
             pieces.append((piece_image, piece_boxes, piece_classes))
             piece_masks.append(masks)
-        image, boxes, classes, masks = mosaic4(pieces, size, masks=piece_masks)
+        image, boxes, classes, placed = mosaic4(pieces, size, masks=piece_masks)
         affine = random_affine(settings, output_size=(size, size), mask_fill=0)
-        if affine is not None:  # one warp of the canvas and its masks straight onto the centred input-size crop
-            image, boxes, warped = apply_v2(affine, image, boxes, tv_tensors.Mask(masks))
-            return image, boxes, classes, warped.as_subclass(torch.Tensor)
-        return (F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size]), classes,
-                F.center_crop(tv_tensors.Mask(masks), [size, size]).as_subclass(torch.Tensor))
+        if affine is not None:  # one warp of the canvas straight onto the centred input-size crop, each piece's masks with it
+            params = affine.make_params([tv_tensors.Image(image)])
+            warped_image = affine.transform(tv_tensors.Image(image), params).as_subclass(torch.Tensor)
+            return warped_image, affine.transform(boxes, params), classes, placed.warp(params["matrix"], (size, size))
+        return F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size]), classes, placed.crop((size, size))
 
     def _mixup_instances(self, first: Instances, second: Instances) -> Instances:
         """MixUp of two mosaics (``DetectionDataset._mixup``'s blend), both sets of objects and masks kept."""
