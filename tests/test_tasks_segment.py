@@ -371,6 +371,18 @@ def test_masks_offer_data_and_largest_contour_polygons_in_pixels_and_normalised(
     assert repr(result) == "InstanceSegmentationResult(path='scene', image=3×40×60, boxes=2, masks=2)"
 
 
+def test_mask_polygons_are_libreyolos():
+    from libreyolo.utils.results import Masks as LibreMasks
+
+    masks = segmentation_result().masks.data.clone()
+    masks[0, 30:38, 2:40:2] = True  # a comb below the square: a second piece of many more points but less area
+    masks[0, 38, 2:40] = True
+    ours, oracle = Masks(masks), LibreMasks(masks.numpy(), (40, 60))
+    assert len(ours.xy) == len(oracle.xy) == 2 and ours.xy[0].min(0).tolist() == [10, 5]  # the square, not the comb
+    for mine, theirs in zip(ours.xy + ours.xyn, oracle.xy + oracle.xyn):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)
+
+
 def test_save_txt_writes_yolo_segmentation_lines_that_read_back_as_the_masks(tmp_path: Path):
     result = segmentation_result()
     path = result.save_txt(tmp_path / "labels" / "scene.txt", save_conf=True)

@@ -233,7 +233,8 @@ class SegmentTask(DetectTask):
     export_outputs = ("boxes", "scores", "mask_coefficients", "mask_features")
     result_type = "zoo_core.tasks.predictions:InstanceSegmentationResult"
     shapes_yaml = "segment.yaml"
-    validation_modules = ("zoo_core.tasks.metrics", "pycocotools.mask")
+    # Samples rasterise polygons with pycocotools, so a training worker needs it before its first step.
+    worker_modules = ("pycocotools.mask",)
 
     def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> InstanceSegmentationDataset:
         from zoo_core.data.instance_readers import index_instance_split
