@@ -519,3 +519,18 @@ def test_an_untrained_prototype_model_validates_and_predicts_through_the_contrac
     image = np.full((48, 80, 3), 90, dtype=np.uint8)
     (result,) = predict(fake_libre(model, "segment", spec.names, 64), image, conf=0.0, max_det=5)
     assert result.masks.data.shape == (len(result.boxes), 48, 80) and len(result.masks.xy) == len(result.boxes) <= 5
+
+
+def test_a_training_set_of_box_lines_only_is_refused_with_the_reason(tmp_path: Path):
+    from zoo_core.data.errors import DatasetError
+
+    for folder in ("images/train", "labels/train", "images/val", "labels/val"):
+        (tmp_path / folder).mkdir(parents=True)
+    for split in ("train", "val"):
+        Image.fromarray(np.full((32, 32, 3), 90, dtype=np.uint8)).save(tmp_path / "images" / split / "0001.png")
+        (tmp_path / "labels" / split / "0001.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntrain: images/train\nval: images/val\nnames: [car]\n")
+    task = get_task("segment")
+    spec = task.prepare(tmp_path / "data.yaml")
+    with pytest.warns(Warning), pytest.raises(DatasetError, match=r"has an object outline \(1 label lines were skipped.*polygon"):
+        task.dataset(spec, "train", 64, None)
