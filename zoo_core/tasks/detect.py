@@ -299,6 +299,12 @@ class DetectTask(Task):
             if not records:
                 raise DatasetError(f"{report.what}: no usable image in {', '.join(map(str, coco_entries))}; see the warnings above")
         if split == "train" and not any(len(record.labels) for record in records):
+            if coco_entries and not yolo_entries:
+                raise DatasetError(
+                    f"{', '.join(map(str, coco_entries))}: none of the {len(records)} training images has a box (crowd "
+                    f"regions are left out); {report.count} problems were skipped (see the warnings above). A COCO file "
+                    "needs 'annotations' with image_id, category_id and bbox [x, y, width, height] in pixels"
+                )
             if report.skipped_lines:
                 # The labels were found and read; every line of them was refused. Say so, and why.
                 reasons = "; ".join(report.first_skipped_lines)
