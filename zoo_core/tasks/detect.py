@@ -4,7 +4,8 @@ Data: a dataset YAML in the Ultralytics convention (``zoo_core.data.yolo_format`
 whose ``train``/``val`` name COCO instance JSON files (``names`` optional: the categories' otherwise), a
 COCO annotations JSON or a folder in COCO's layout (``zoo_core.data.coco_format``), or ``"shapes"``.
 COCO's ``iscrowd`` boxes are left out of detection training and validation (COCO's evaluation would
-ignore detections on them instead; leaving them out counts such detections as false positives). Samples are fitted to ``image_size×image_size`` by the family's input pipeline
+ignore detections on them instead; leaving them out counts such detections as false positives).
+Samples are fitted to ``image_size×image_size`` by the family's input pipeline
 (``zoo_core/data/input_pipeline.py``: a letterbox or a stretch, as its published weights expect);
 training adds mosaic, random affine, horizontal flip and HSV jitter as ``AugmentSettings`` says.
 
