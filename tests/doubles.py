@@ -224,7 +224,8 @@ class LookupDetector(nn.Module):
 class TinyInstanceSegmenter(nn.Module):
     """A prototype-mask head in miniature (YOLACT's and YOLO-seg's shape): per 8-pixel cell a box, class logits and
     ``prototypes`` mask coefficients; ``prototypes`` mask features at a quarter of the input. The segment
-    task's eval outputs (and so its exported graph's four outputs)."""
+    task's eval outputs (and so its exported graph's four outputs), and a loss that trains them
+    (``tests/segment_family.py`` declares it as the ``tinyseg`` family)."""
 
     stride = 8
 
@@ -250,6 +251,31 @@ class TinyInstanceSegmenter(nn.Module):
             "mask_coefficients": cells[..., 4 + self.num_classes:],
             "mask_features": self.features(shared),
         }
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The cell holding a box's centre learns its class, box and mask (coefficients times features against the
+        target mask at the features' resolution); every other cell learns background. Per sample, as base.py asks."""
+        targets, masks = batch["targets"], batch["masks"]
+        scores, boxes = outputs["scores"], outputs["boxes"]
+        features = outputs["mask_features"]
+        images = len(scores)
+        columns = batch["images"].shape[-1] // self.stride
+        rows = batch["images"].shape[-2] // self.stride
+        image = targets[:, 0].long()
+        centres = (targets[:, 2:4] + targets[:, 4:6]) / 2
+        cell = (centres[:, 1] // self.stride).long().clamp(0, rows - 1) * columns + (centres[:, 0] // self.stride).long().clamp(0, columns - 1)
+        wanted = torch.zeros_like(scores)
+        wanted[image, cell, targets[:, 1].long()] = 1.0
+        classification = nn.functional.binary_cross_entropy(scores.clamp(1e-6, 1 - 1e-6), wanted, reduction="sum") / images
+        box = nn.functional.l1_loss(boxes[image, cell], targets[:, 2:6], reduction="sum") / images / self.stride
+        logits = torch.einsum("mk,mkhw->mhw", outputs["mask_coefficients"][image, cell], features[image])
+        if len(targets):
+            shrunk = nn.functional.interpolate(masks[None].float(), size=tuple(features.shape[-2:]), mode="area")[0]
+            mask = nn.functional.binary_cross_entropy_with_logits(logits, shrunk, reduction="mean") * len(targets) / images
+        else:
+            mask = features.sum() * 0.0
+        loss = classification + box + mask
+        return loss, {"cls": classification.detach(), "box": box.detach(), "mask": mask.detach()}
 
     def postprocess(self, outputs: Mapping[str, torch.Tensor], conf: float, iou: float, max_det: int,
                     placements: Any = None) -> list[dict[str, torch.Tensor]]:

@@ -81,3 +81,22 @@ def test_tiny_instance_segmenter_fulfils_the_segment_contract():
     placed, _ = model.postprocess(outputs, conf=0.0, iou=0.7, max_det=10,
                                   placements=[ImagePlacement(((0.5, 0.5), (0.0, 16.0)), (64, 128))] * 2)
     assert placed["masks"].shape[-2:] == (64, 128)
+
+
+def test_tiny_instance_segmenters_loss_reads_targets_and_masks_and_reaches_every_parameter():
+    from zoo_core.tasks import get_task
+
+    from .doubles import TinyInstanceSegmenter
+
+    torch.manual_seed(0)
+    task = get_task("segment")
+    model = TinyInstanceSegmenter(3).train()
+    for objects in (True, False):
+        batch = task.preprocess(task.example_batch(2, 64, 3), torch.device("cpu"))
+        if not objects:
+            batch = {**batch, "targets": batch["targets"][:0], "masks": batch["masks"][:0]}
+        model.zero_grad(set_to_none=True)
+        loss, items = model.loss(model(batch["images"]), batch)
+        assert torch.isfinite(loss) and set(items) == {"cls", "box", "mask"}
+        loss.backward()
+        assert [name for name, parameter in model.named_parameters() if parameter.grad is None] == []

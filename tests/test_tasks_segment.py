@@ -564,3 +564,24 @@ def test_a_training_set_of_box_lines_only_is_refused_with_the_reason(tmp_path: P
     spec = task.prepare(tmp_path / "data.yaml")
     with pytest.warns(Warning), pytest.raises(DatasetError, match=r"has an object outline \(1 label lines were skipped.*polygon"):
         task.dataset(spec, "train", 64, None)
+
+
+def test_a_segment_family_trains_through_the_engine_and_its_weights_predict_masks(tmp_path: Path):
+    from zoo_core import LibreYOLO
+    from zoo_core.plugin_manager import register_plugin
+
+    register_plugin("tests.segment_family")
+    torch.manual_seed(0)
+    result = LibreYOLO("tinyseg-s").train(data=SHAPES, epochs=2, batch=4, imgsz=64, workers=0, device="cpu", verbose=False,
+                                          project=str(tmp_path))
+    assert set(result.metrics) >= METRIC_KEYS
+    first = result.history[0]
+    assert {"train/mask", "val/mask", "metrics/mask_mAP50-95", "metrics/fitness"} <= set(first)
+    assert first["fitness"] == pytest.approx(segment_fitness(first["metrics/mAP50"], first["metrics/mAP50-95"],
+                                                              first["metrics/mask_mAP50"], first["metrics/mask_mAP50-95"]))
+    written = {path.name for path in result.run_dir.iterdir()}
+    assert {"train_batch0.jpg", "labels.jpg", "val_batch0_labels.jpg", "val_batch0_pred.jpg", "PR_curve.png"} <= written
+    trained = LibreYOLO(result.best)
+    assert trained.task == "segment"
+    (found,) = trained.predict(np.full((48, 80, 3), 90, dtype=np.uint8), conf=0.0, max_det=3, device="cpu")
+    assert isinstance(found, InstanceSegmentationResult) and found.masks.data.shape[1:] == (48, 80)
