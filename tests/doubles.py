@@ -13,7 +13,8 @@ Two kinds live here, and only here:
   so the equivalence test can show it would catch it.
 - Tiny models that satisfy each task's model contract (``zoo_core/tasks/base.py``) for the task
   tests: ``TinyClassifier``, ``TinySegmenter``, ``TinyRestorer``, ``GridDetector``,
-  ``LookupDetector`` (and ``fake_libre``, the facade-shaped object the task runner needs).
+  ``LookupDetector``, ``TinyInstanceSegmenter``, ``LookupInstanceSegmenter`` (and ``fake_libre``, the
+  facade-shaped object the task runner needs).
   ``tests/test_tasks_models.py`` checks that each fulfils its contract.
 """
 
@@ -37,7 +38,7 @@ from zoo_core.plugin_manager import register_plugin
 
 __all__ = [
     "use_test_families", "TinyNet", "build_tinynet", "TinyClassifier", "TinySegmenter", "TinyRestorer", "GridDetector",
-    "LookupDetector", "fake_libre", "image_key",
+    "LookupDetector", "LookupInstanceSegmenter", "TinyInstanceSegmenter", "fake_libre", "image_key",
 ]
 
 
@@ -218,6 +219,144 @@ class LookupDetector(nn.Module):
             keep = found["scores"] > conf
             results.append({name: value[keep][:max_det] for name, value in found.items()})
         return in_original_pixels(results, placements)
+
+
+class TinyInstanceSegmenter(nn.Module):
+    """A prototype-mask head in miniature (YOLACT's and YOLO-seg's shape): per 8-pixel cell a box, class logits and
+    ``prototypes`` mask coefficients; ``prototypes`` mask features at a quarter of the input. The segment
+    task's eval outputs (and so its exported graph's four outputs), and a loss that trains them
+    (``tests/segment_family.py`` declares it as the ``tinyseg`` family)."""
+
+    stride = 8
+
+    def __init__(self, num_classes: int, prototypes: int = 4) -> None:
+        super().__init__()
+        self.num_classes, self.prototypes = num_classes, prototypes
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+        self.head = nn.Sequential(nn.AvgPool2d(self.stride), nn.Conv2d(16, 4 + num_classes + prototypes, 1))
+        self.features = nn.Sequential(nn.AvgPool2d(4), nn.Conv2d(16, prototypes, 3, padding=1))
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        shared = self.body(images)
+        raw = self.head(shared)
+        batch, _, rows, columns = raw.shape
+        ys, xs = torch.meshgrid(torch.arange(rows, device=raw.device), torch.arange(columns, device=raw.device), indexing="ij")
+        centres = torch.stack([xs, ys], dim=-1).reshape(1, -1, 2).float().add(0.5).mul(self.stride)
+        cells = raw.flatten(2).transpose(1, 2)
+        middle = centres + cells[..., :2].tanh() * self.stride
+        half = cells[..., 2:4].sigmoid() * self.stride * 3
+        return {
+            "boxes": torch.cat([middle - half, middle + half], dim=-1),
+            "scores": cells[..., 4:4 + self.num_classes].sigmoid(),
+            "mask_coefficients": cells[..., 4 + self.num_classes:],
+            "mask_features": self.features(shared),
+        }
+
+    def loss(self, outputs: Mapping[str, torch.Tensor], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The cell holding a box's centre learns its class, box and mask (coefficients times features against the
+        target mask at the features' resolution); every other cell learns background. Per sample, as base.py asks."""
+        targets, masks = batch["targets"], batch["masks"]
+        scores, boxes = outputs["scores"], outputs["boxes"]
+        features = outputs["mask_features"]
+        images = len(scores)
+        columns = batch["images"].shape[-1] // self.stride
+        rows = batch["images"].shape[-2] // self.stride
+        image = targets[:, 0].long()
+        centres = (targets[:, 2:4] + targets[:, 4:6]) / 2
+        cell = (centres[:, 1] // self.stride).long().clamp(0, rows - 1) * columns + (centres[:, 0] // self.stride).long().clamp(0, columns - 1)
+        wanted = torch.zeros_like(scores)
+        wanted[image, cell, targets[:, 1].long()] = 1.0
+        classification = nn.functional.binary_cross_entropy(scores.clamp(1e-6, 1 - 1e-6), wanted, reduction="sum") / images
+        box = nn.functional.l1_loss(boxes[image, cell], targets[:, 2:6], reduction="sum") / images / self.stride
+        logits = torch.einsum("mk,mkhw->mhw", outputs["mask_coefficients"][image, cell], features[image])
+        if len(targets):
+            shrunk = nn.functional.interpolate(masks[None].float(), size=tuple(features.shape[-2:]), mode="area")[0]
+            mask = nn.functional.binary_cross_entropy_with_logits(logits, shrunk, reduction="mean") * len(targets) / images
+        else:
+            mask = features.sum() * 0.0
+        loss = classification + box + mask
+        return loss, {"cls": classification.detach(), "box": box.detach(), "mask": mask.detach()}
+
+    def postprocess(self, outputs: Mapping[str, torch.Tensor], conf: float, iou: float, max_det: int,
+                    placements: Any = None) -> list[dict[str, torch.Tensor]]:
+        from zoo_core.data.input_pipeline import logits_to_original
+        from zoo_core.ops.boxes import boxes_to_original
+        from zoo_core.tasks.detect import DetectTask
+
+        results = []
+        features = outputs["mask_features"]
+        input_size = (features.shape[-2] * 4, features.shape[-1] * 4)
+        for position in range(len(outputs["boxes"])):
+            scores, labels = outputs["scores"][position].max(dim=1)
+            keep = (scores > conf).nonzero(as_tuple=True)[0]
+            boxes = outputs["boxes"][position][keep]
+            kept = keep[batched_nms(boxes, scores[keep], labels[keep], iou)[:max_det]]
+            logits = torch.einsum("ak,khw->ahw", outputs["mask_coefficients"][position][kept], features[position])
+            logits = nn.functional.interpolate(logits[None], size=input_size, mode="bilinear", align_corners=False)[0]
+            boxes = outputs["boxes"][position][kept]
+            if placements is not None:
+                ratio_pad, shape = placements[position]
+                logits = logits_to_original(logits, ratio_pad, shape, DetectTask.default_input_pipeline)
+                boxes = boxes_to_original(boxes, ratio_pad, shape)
+            results.append({"boxes": boxes, "scores": scores[kept], "labels": labels[kept], "masks": logits > 0})
+        return results
+
+
+class LookupInstanceSegmenter(nn.Module):
+    """The segment task's contract with prepared answers per input image (looked up by ``image_key``): a test oracle.
+
+    ``table`` maps ``image_key(input image)`` to ``boxes`` (input pixels), ``scores``, ``labels`` and ``masks``
+    (n×S×S bool, input pixels). ``forward`` returns the contract's dict: every object is a candidate whose
+    ``mask_coefficients`` are one-hot over ``mask_features`` (the objects' masks as planes), so ``postprocess``
+    builds each mask as a real prototype head does — coefficients times features, thresholded at 0.5, mapped to
+    the original image by cropping the letterbox padding and resizing bilinearly first (``logits_to_original``).
+    """
+
+    def __init__(self, table: Mapping[int, dict[str, torch.Tensor]], num_classes: int, pipeline: Any = None) -> None:
+        super().__init__()
+        from zoo_core.tasks.detect import DetectTask
+
+        self.table = dict(table)
+        self.num_classes = num_classes
+        self.pipeline = pipeline or DetectTask.default_input_pipeline
+        self.anchor = nn.Parameter(torch.zeros(1))
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        found = [self.table.get(image_key(image)) for image in images]
+        candidates = max([len(item["scores"]) for item in found if item is not None] + [1])
+        batch, height, width = len(images), int(images.shape[-2]), int(images.shape[-1])
+        boxes = torch.zeros(batch, candidates, 4)
+        scores = torch.zeros(batch, candidates, self.num_classes)
+        features = torch.zeros(batch, candidates, height, width)
+        for position, item in enumerate(found):
+            if item is None:
+                continue
+            count = len(item["scores"])
+            boxes[position, :count] = item["boxes"].float()
+            scores[position, torch.arange(count), item["labels"].long()] = item["scores"].float()
+            features[position, :count] = item["masks"].float()
+        coefficients = torch.eye(candidates).expand(batch, candidates, candidates).clone()
+        return {"boxes": boxes, "scores": scores, "mask_coefficients": coefficients, "mask_features": features}
+
+    def postprocess(self, outputs: Mapping[str, torch.Tensor], conf: float, iou: float, max_det: int,
+                    placements: Any = None) -> list[dict[str, torch.Tensor]]:
+        from zoo_core.data.input_pipeline import logits_to_original
+        from zoo_core.ops.boxes import boxes_to_original
+
+        results = []
+        for position in range(len(outputs["boxes"])):
+            scores, labels = outputs["scores"][position].max(dim=1)
+            keep = (scores > conf).nonzero(as_tuple=True)[0][:max_det]
+            features = outputs["mask_features"][position]
+            mask_logits = torch.einsum("ak,khw->ahw", outputs["mask_coefficients"][position][keep], features)
+            boxes = outputs["boxes"][position][keep]
+            if placements is not None:
+                ratio_pad, shape = placements[position]
+                mask_logits = logits_to_original(mask_logits, ratio_pad, shape, self.pipeline) if len(keep) else \
+                    mask_logits.new_zeros((0, *shape))
+                boxes = boxes_to_original(boxes, ratio_pad, shape)
+            results.append({"boxes": boxes, "scores": scores[keep], "labels": labels[keep], "masks": mask_logits > 0.5})
+        return results
 
 
 def in_original_pixels(detections: list[dict[str, torch.Tensor]], placements: Any) -> list[dict[str, torch.Tensor]]:

@@ -21,7 +21,7 @@ from zoo_core.reports.results_plot import plotted_columns
 from zoo_core.tasks.metrics import OrderedMeanAveragePrecision
 from zoo_core.tasks.runner import validate
 
-from .doubles import GridDetector, TinyClassifier, TinyRestorer, TinySegmenter, fake_libre
+from .doubles import GridDetector, TinyClassifier, TinyInstanceSegmenter, TinyRestorer, TinySegmenter, fake_libre
 
 DATA = "shapes:train=4,val=4,size=64,seed=5"
 
@@ -114,6 +114,8 @@ def readable_images(folder: Path) -> dict[str, tuple[int, int]]:
 REPORTS = {
     "detect": (lambda names: GridDetector(len(names)), 64, {"confusion_matrix.png", "confusion_matrix_normalized.png", "PR_curve.png",
                "P_curve.png", "R_curve.png", "F1_curve.png", "val_batch0_labels.jpg", "val_batch0_pred.jpg"}),
+    "segment": (lambda names: TinyInstanceSegmenter(len(names)), 64, {"confusion_matrix.png", "confusion_matrix_normalized.png",
+                "PR_curve.png", "P_curve.png", "R_curve.png", "F1_curve.png", "val_batch0_labels.jpg", "val_batch0_pred.jpg"}),
     "classify": (lambda names: TinyClassifier(len(names)), 32, {"confusion_matrix.png", "confusion_matrix_normalized.png",
                  "val_batch0_labels.jpg", "val_batch0_pred.jpg"}),
     "semantic": (lambda names: TinySegmenter(len(names)), 64, {"per_class_iou.png", "val_batch0_labels.jpg", "val_batch0_pred.jpg"}),

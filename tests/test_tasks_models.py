@@ -6,6 +6,7 @@ the task.
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from .doubles import GridDetector, LookupDetector, TinyClassifier, TinyRestorer, TinySegmenter, image_key
@@ -38,3 +39,64 @@ def test_lookup_detector_returns_what_its_table_holds_for_an_image():
     found, missing = LookupDetector(table).postprocess(torch.stack([image, image * 0.5]), conf=0.1, iou=0.7, max_det=5)
     assert found["labels"].tolist() == [2] and found["boxes"].tolist() == [[1.0, 2.0, 5.0, 6.0]]
     assert len(missing["boxes"]) == 0
+
+
+def test_lookup_instance_segmenter_fulfils_the_segment_contract():
+    from zoo_core.ops.boxes import ImagePlacement
+
+    from .doubles import LookupInstanceSegmenter
+
+    image = torch.rand(3, 32, 32)
+    mask = torch.zeros(1, 32, 32, dtype=torch.bool)
+    mask[0, 4:12, 8:20] = True
+    table = {image_key(image): {"boxes": torch.tensor([[8.0, 4.0, 20.0, 12.0]]), "scores": torch.tensor([0.8]),
+                                "labels": torch.tensor([1]), "masks": mask}}
+    model = LookupInstanceSegmenter(table, num_classes=3).eval()
+    outputs = model(torch.stack([image, image * 0.5]))
+    assert list(outputs) == ["boxes", "scores", "mask_coefficients", "mask_features"]
+    assert outputs["scores"].shape[-1] == 3 and outputs["mask_coefficients"].shape[:2] == outputs["boxes"].shape[:2]
+    found, missing = model.postprocess(outputs, conf=0.1, iou=0.7, max_det=5)
+    assert found["labels"].tolist() == [1] and torch.equal(found["masks"], mask) and len(missing["masks"]) == 0
+    # placements: a 64×64 original letterboxed at ratio 0.5 gets its mask back at its own size
+    (mapped, _) = model.postprocess(outputs, conf=0.1, iou=0.7, max_det=5,
+                                    placements=[ImagePlacement(((0.5, 0.5), (0.0, 0.0)), (64, 64))] * 2)
+    assert mapped["masks"].shape == (1, 64, 64) and mapped["boxes"].tolist() == [[16.0, 8.0, 40.0, 24.0]]
+    assert int(mapped["masks"].sum()) == pytest.approx(4 * int(mask.sum()), rel=0.1)
+
+
+def test_tiny_instance_segmenter_fulfils_the_segment_contract():
+    from zoo_core.ops.boxes import ImagePlacement
+
+    from .doubles import TinyInstanceSegmenter
+
+    torch.manual_seed(0)
+    model = TinyInstanceSegmenter(3).eval()
+    outputs = model(torch.rand(2, 3, 64, 64))
+    assert list(outputs) == ["boxes", "scores", "mask_coefficients", "mask_features"]
+    assert outputs["boxes"].shape == (2, 64, 4) and outputs["scores"].shape == (2, 64, 3)
+    assert outputs["mask_coefficients"].shape == (2, 64, 4) and outputs["mask_features"].shape == (2, 4, 16, 16)
+    found, _ = model.postprocess(outputs, conf=0.0, iou=0.7, max_det=10)
+    assert len(found["boxes"]) == len(found["masks"]) <= 10 and found["masks"].shape[-2:] == (64, 64)
+    assert found["masks"].dtype == torch.bool and found["labels"].dtype == torch.long
+    placed, _ = model.postprocess(outputs, conf=0.0, iou=0.7, max_det=10,
+                                  placements=[ImagePlacement(((0.5, 0.5), (0.0, 16.0)), (64, 128))] * 2)
+    assert placed["masks"].shape[-2:] == (64, 128)
+
+
+def test_tiny_instance_segmenters_loss_reads_targets_and_masks_and_reaches_every_parameter():
+    from zoo_core.tasks import get_task
+
+    from .doubles import TinyInstanceSegmenter
+
+    torch.manual_seed(0)
+    task = get_task("segment")
+    model = TinyInstanceSegmenter(3).train()
+    for objects in (True, False):
+        batch = task.preprocess(task.example_batch(2, 64, 3), torch.device("cpu"))
+        if not objects:
+            batch = {**batch, "targets": batch["targets"][:0], "masks": batch["masks"][:0]}
+        model.zero_grad(set_to_none=True)
+        loss, items = model.loss(model(batch["images"]), batch)
+        assert torch.isfinite(loss) and set(items) == {"cls", "box", "mask"}
+        loss.backward()
+        assert [name for name, parameter in model.named_parameters() if parameter.grad is None] == []
