@@ -299,7 +299,10 @@ class RTMDetIns(CSPNeXtFeatures):
                 mask_features[image].expand(len(anchors), -1, -1, -1), coefficients[image][anchors],
                 points[anchors], strides.reshape(-1)[anchors], self.head.layout, float(self.strides[0]),
             )
-            logits = F.interpolate(logits[None], scale_factor=float(self.strides[0]), mode="bilinear", align_corners=False)[0]
+            if len(logits):
+                logits = F.interpolate(logits[None], scale_factor=float(self.strides[0]), mode="bilinear", align_corners=False)[0]
+            else:
+                logits = logits.new_zeros((0, input_h, input_w))
             if placements is not None:
                 logits, boxes = self._to_original(logits, boxes, placements[image])
             results.append({"boxes": boxes, "scores": scores, "labels": labels.to(torch.int64),
