@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import math
 from functools import partial
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from zoo_core.building import count_parameters
+from zoo_core.facade import LibreYOLO
 from zoo_core.loading import load_weights_file
 from zoo_core.ops.boxes import ImagePlacement
 from zoo_core.plugin_manager import get_plugin_manager
@@ -345,3 +347,62 @@ def test_rtmdet_ins_t_overfits_a_fixed_sample_to_a_mask_map(tmp_path, learning):
     (result,) = model.predict(str(sorted(images.iterdir())[0]), conf=0.5)
     learning.expect(metrics, {"mask_mAP50": 0.5, "mAP50": 0.5},
                     checks={"masks": result.masks is not None and result.masks.data.shape[1:] == (96, 96)})
+
+
+def test_rtmdet_ins_t_trains_on_two_spawned_cpu_ranks_and_its_sharded_metrics_are_one_process_s():
+    """One epoch on two spawned CPU ranks (each validating its shard, the masks' RLE states gathered), then one
+    process validates the weights the caller got back: the same box and mask mAP."""
+    from zoo_core.data.shapes import shapes
+
+    model, result = checks.train_on_two_spawned_cpu_ranks("rtmdet_ins-t", num_train=4, num_val=6, metric="mask_mAP50-95",
+                                                           epochs=2, lr0=0.01, warmup_iters=0)
+    checks.assert_caller_holds_rank_zeros_best(model, result)
+    single = model.val(data=shapes(num_train=4, num_val=6, image_size=64, seed=1), batch=4, imgsz=64, workers=0, plots=False)
+    print(f"two ranks: {result.metrics}\none process: {single}")
+    for name in ("mAP50-95", "mAP50", "mask_mAP50-95", "mask_mAP50", "fitness"):
+        assert single[name] == pytest.approx(result.metrics[name], abs=1e-6), name
+
+
+def _validate_shard(weights: str, data: str, rank: int, world_size: int) -> dict[str, float]:
+    from torch.utils.data import DataLoader
+
+    from zoo_core.data.sampling import InferenceShardSampler
+    from zoo_core.facade import LibreYOLO
+    from zoo_core.tasks import get_task
+
+    model = LibreYOLO(weights)
+    task = get_task("segment")
+    spec = task.prepare(data)
+    dataset = task.dataset(spec, "val", 96, None)
+    loader = DataLoader(dataset, batch_size=2, sampler=InferenceShardSampler(len(dataset), rank, world_size), collate_fn=task.collate)
+    return task.validate(model.model.eval(), loader, torch.device("cpu"), spec.names)
+
+
+def _validation_rank(rank: int, world_size: int, port: int, output: str) -> None:
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        setting = json.loads((Path(output) / "setting.json").read_text())
+        metrics = _validate_shard(setting["weights"], setting["data"], rank, world_size)
+        (Path(output) / f"rank{rank}.json").write_text(json.dumps(metrics))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # about 45 s of CPU: the masks need a short training run to score above 0
+def test_sharded_validation_on_two_processes_equals_one_process_with_masks(tmp_path):
+    """RTMDet-Ins-t trained briefly on 5 scenes of 96 px (so that masks score above 0), validated on them by one
+    process and by two (an odd count: unequal shards); box and mask mAP equal."""
+    data = checks.sample_on_itself(tmp_path, "segment", images=5, size=96)
+    model = LibreYOLO("rtmdet_ins-t", seed=0)
+    model.train(data=str(data), epochs=40, batch=5, imgsz=96, nbs=5, optimizer="AdamW", lr0=0.003, warmup_iters=0, mosaic=0.0,
+                close_mosaic=0, seed=0, **checks.OVERFIT)
+    weights = model.save(tmp_path / "trained.safetensors")
+    single = _validate_shard(str(weights), str(data), 0, 1)
+    print(f"one process: {single}")
+    assert single["mask_mAP50"] > 0.05 and single["mAP50"] > 0.05
+    (tmp_path / "setting.json").write_text(json.dumps({"weights": str(weights), "data": str(data)}))
+    checks.run_on_two_processes(_validation_rank, tmp_path, deadline_s=240, what="validation")
+    checks.assert_every_rank_wrote(tmp_path, single)
