@@ -88,7 +88,7 @@ def from_libreyolo(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch
     copies: dict[tuple[str, str], "torch.Tensor"] = {}
     for key, tensor in state_dict.items():
         if any(part in key for part in ("rtm_kernel", "mask_head.")):
-            raise ValueError(f"{key!r} belongs to RTMDet-Ins (instance segmentation); zoo's rtmdet is the detector")
+            raise ValueError(f"{key!r} belongs to RTMDet-Ins (instance segmentation): load the file as rtmdet_ins; rtmdet is the detector")
         shared = _SHARED_CONV.match(key)
         if shared:
             branch, level, index = shared.groups()
