@@ -309,7 +309,8 @@ class RTMDetIns(CSPNeXtFeatures):
                             "masks": logits.sigmoid() > MASK_THRESHOLD})
         return results
 
-    def _anchors(self, outputs: Mapping[str, Any], mask_features: torch.Tensor, height: int, width: int):
+    def _anchors(self, outputs: Mapping[str, Any], mask_features: torch.Tensor, height: int,
+                 width: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The anchors of the outputs, or (exported graphs carry none) rebuilt from the input size."""
         if "anchor_points" in outputs and "anchor_strides" in outputs:
             return outputs["anchor_points"], outputs["anchor_strides"]
@@ -317,7 +318,8 @@ class RTMDetIns(CSPNeXtFeatures):
         return make_anchor_points(sizes, self.strides, offset=0.0, device=mask_features.device)
 
     @staticmethod
-    def _candidates(scores: torch.Tensor, level_of_anchor: torch.Tensor, conf: float):
+    def _candidates(scores: torch.Tensor, level_of_anchor: torch.Tensor,
+                    conf: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(anchor, class, score)`` of the (anchor, class) pairs above ``conf``, the best 1000 of each level."""
         anchors, labels, values = [], [], []
         for level in range(int(level_of_anchor.max()) + 1):
@@ -337,7 +339,7 @@ class RTMDetIns(CSPNeXtFeatures):
         return torch.cat(anchors), torch.cat(labels), torch.cat(values)
 
     @staticmethod
-    def _to_original(logits: torch.Tensor, boxes: torch.Tensor, placement: ImagePlacement):
+    def _to_original(logits: torch.Tensor, boxes: torch.Tensor, placement: ImagePlacement) -> tuple[torch.Tensor, torch.Tensor]:
         """Mask logits and boxes of the input mapped onto the original image (LibreYOLO's order: resize, then cut)."""
         (ratio_x, ratio_y), (pad_left, pad_top) = placement.ratio_pad
         height, width = placement.shape
