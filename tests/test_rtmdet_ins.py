@@ -408,3 +408,44 @@ def test_sharded_validation_on_two_processes_equals_one_process_with_masks(tmp_p
     (tmp_path / "setting.json").write_text(json.dumps({"weights": str(weights), "data": str(data)}))
     checks.run_on_two_processes(_validation_rank, tmp_path, deadline_s=240, what="validation")
     checks.assert_every_rank_wrote(tmp_path, single)
+
+
+def test_dice_loss_mask_centres_target_rows_and_the_assigners_centre_prior():
+    from zoo_core.assigners.dynamic_soft_label import DynamicSoftLabelAssigner
+    from zoo_core.losses.detection import pad_targets_per_image, target_rows_per_image
+    from zoo_core.losses.dice import dice_loss
+    from zoo_rtmdet.loss import mask_centres_of_mass
+
+    target = torch.zeros(2, 8, 8)
+    target[:, 2:6, 1:4] = 1
+    assert dice_loss((target * 2 - 1) * 50, target).max() < 1e-4  # confident and right
+    assert dice_loss((1 - target * 2) * 50, target).min() > 0.999  # confident and wrong
+    logits = torch.randn(2, 8, 8, generator=torch.Generator().manual_seed(0))
+    probabilities = logits.sigmoid().flatten(1)
+    expected = 1 - 2 * (probabilities * target.flatten(1)).sum(1) / (probabilities.square().sum(1) + target.flatten(1).sum(1) + 2e-3)
+    torch.testing.assert_close(dice_loss(logits, target), expected)
+
+    masks = torch.zeros(2, 10, 12, dtype=torch.uint8)
+    masks[0, 2:6, 4:10] = 1  # pixels 4..9 and 2..5: centre (6.5, 3.5)
+    centres = mask_centres_of_mass(masks, torch.tensor([[4.0, 2.0, 10.0, 6.0], [0.0, 0.0, 4.0, 2.0]]))
+    torch.testing.assert_close(centres, torch.tensor([[6.5, 3.5], [2.0, 1.0]]))  # the empty mask takes its box's centre
+
+    targets = torch.tensor([[1, 0, 0, 0, 4, 4], [0, 1, 0, 0, 4, 4], [1, 2, 0, 0, 4, 4], [0, 0, 0, 0, 4, 4]], dtype=torch.float32)
+    _, _, present = pad_targets_per_image(targets, 3)
+    assert target_rows_per_image(targets, 3, present.shape[1]).tolist() == [[1, 3], [0, 2], [-1, -1]]
+
+    generator = torch.Generator().manual_seed(4)
+    points = torch.stack(torch.meshgrid(torch.arange(8.0) * 8, torch.arange(8.0) * 8, indexing="xy"), -1).reshape(-1, 2)
+    strides = torch.full((64, 1), 8.0)
+    logits = torch.randn(1, 64, 2, generator=generator)
+    predicted = torch.cat((points - 12, points + 12), -1)[None]
+    boxes = torch.tensor([[[4.0, 4.0, 60.0, 60.0]]])
+    assigner = DynamicSoftLabelAssigner(2)
+    default = assigner(logits, predicted, points, strides, torch.zeros(1, 1), boxes, torch.ones(1, 1, dtype=torch.bool))
+    same = assigner(logits, predicted, points, strides, torch.zeros(1, 1), boxes, torch.ones(1, 1, dtype=torch.bool),
+                    torch.tensor([[[32.0, 32.0]]]))
+    corner = assigner(logits, predicted, points, strides, torch.zeros(1, 1), boxes, torch.ones(1, 1, dtype=torch.bool),
+                      torch.tensor([[[8.0, 8.0]]]))
+    assert torch.equal(default.foreground, same.foreground)
+    chosen = points[corner.foreground[0]]
+    assert chosen.mean(0).sum() < points[default.foreground[0]].mean(0).sum()  # the prior pulls towards the given centre
