@@ -13,7 +13,8 @@ Two kinds live here, and only here:
   so the equivalence test can show it would catch it.
 - Tiny models that satisfy each task's model contract (``zoo_core/tasks/base.py``) for the task
   tests: ``TinyClassifier``, ``TinySegmenter``, ``TinyRestorer``, ``GridDetector``,
-  ``LookupDetector`` (and ``fake_libre``, the facade-shaped object the task runner needs).
+  ``LookupDetector``, ``TinyInstanceSegmenter``, ``LookupInstanceSegmenter`` (and ``fake_libre``, the
+  facade-shaped object the task runner needs).
   ``tests/test_tasks_models.py`` checks that each fulfils its contract.
 """
 
@@ -37,7 +38,7 @@ from zoo_core.plugin_manager import register_plugin
 
 __all__ = [
     "use_test_families", "TinyNet", "build_tinynet", "TinyClassifier", "TinySegmenter", "TinyRestorer", "GridDetector",
-    "LookupDetector", "LookupInstanceSegmenter", "fake_libre", "image_key",
+    "LookupDetector", "LookupInstanceSegmenter", "TinyInstanceSegmenter", "fake_libre", "image_key",
 ]
 
 
@@ -218,6 +219,61 @@ class LookupDetector(nn.Module):
             keep = found["scores"] > conf
             results.append({name: value[keep][:max_det] for name, value in found.items()})
         return in_original_pixels(results, placements)
+
+
+class TinyInstanceSegmenter(nn.Module):
+    """A prototype-mask head in miniature (YOLACT's and YOLO-seg's shape): per 8-pixel cell a box, class logits and
+    ``prototypes`` mask coefficients; ``prototypes`` mask features at a quarter of the input. The segment
+    task's eval outputs (and so its exported graph's four outputs)."""
+
+    stride = 8
+
+    def __init__(self, num_classes: int, prototypes: int = 4) -> None:
+        super().__init__()
+        self.num_classes, self.prototypes = num_classes, prototypes
+        self.body = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU())
+        self.head = nn.Sequential(nn.AvgPool2d(self.stride), nn.Conv2d(16, 4 + num_classes + prototypes, 1))
+        self.features = nn.Sequential(nn.AvgPool2d(4), nn.Conv2d(16, prototypes, 3, padding=1))
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        shared = self.body(images)
+        raw = self.head(shared)
+        batch, _, rows, columns = raw.shape
+        ys, xs = torch.meshgrid(torch.arange(rows, device=raw.device), torch.arange(columns, device=raw.device), indexing="ij")
+        centres = torch.stack([xs, ys], dim=-1).reshape(1, -1, 2).float().add(0.5).mul(self.stride)
+        cells = raw.flatten(2).transpose(1, 2)
+        middle = centres + cells[..., :2].tanh() * self.stride
+        half = cells[..., 2:4].sigmoid() * self.stride * 3
+        return {
+            "boxes": torch.cat([middle - half, middle + half], dim=-1),
+            "scores": cells[..., 4:4 + self.num_classes].sigmoid(),
+            "mask_coefficients": cells[..., 4 + self.num_classes:],
+            "mask_features": self.features(shared),
+        }
+
+    def postprocess(self, outputs: Mapping[str, torch.Tensor], conf: float, iou: float, max_det: int,
+                    placements: Any = None) -> list[dict[str, torch.Tensor]]:
+        from zoo_core.data.input_pipeline import logits_to_original
+        from zoo_core.ops.boxes import boxes_to_original
+        from zoo_core.tasks.detect import DetectTask
+
+        results = []
+        features = outputs["mask_features"]
+        input_size = (features.shape[-2] * 4, features.shape[-1] * 4)
+        for position in range(len(outputs["boxes"])):
+            scores, labels = outputs["scores"][position].max(dim=1)
+            keep = (scores > conf).nonzero(as_tuple=True)[0]
+            boxes = outputs["boxes"][position][keep]
+            kept = keep[batched_nms(boxes, scores[keep], labels[keep], iou)[:max_det]]
+            logits = torch.einsum("ak,khw->ahw", outputs["mask_coefficients"][position][kept], features[position])
+            logits = nn.functional.interpolate(logits[None], size=input_size, mode="bilinear", align_corners=False)[0]
+            boxes = outputs["boxes"][position][kept]
+            if placements is not None:
+                ratio_pad, shape = placements[position]
+                logits = logits_to_original(logits, ratio_pad, shape, DetectTask.default_input_pipeline)
+                boxes = boxes_to_original(boxes, ratio_pad, shape)
+            results.append({"boxes": boxes, "scores": scores[kept], "labels": labels[kept], "masks": logits > 0})
+        return results
 
 
 class LookupInstanceSegmenter(nn.Module):

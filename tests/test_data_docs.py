@@ -27,6 +27,8 @@ def test_the_python_examples_run_and_print_what_they_say():
     assert "shapes:train=32,val=8,size=96,seed=1" in output
     assert "class id 7 is outside names (0..2); line skipped" in output
     assert "['fitness', 'mAP50', 'mAP50-95', 'mAP75', 'mAR100']" in output
+    assert "[[0.0, 0.25, 0.25, 0.625, 0.75]] 3600" in output  # a YOLO-seg polygon: its extent and its pixels
+    assert "{0: 'car', 1: 'bus'} ['instances_val.json'] [[40.0, 30.0, 100.0, 90.0]]" in output  # COCO's layout
     assert "True runs/detect/predict" in output  # predict(classes=..., save_txt=..., save_crop=...) kept only those
 
 

@@ -220,3 +220,19 @@ def test_an_annotations_file_beside_its_images_and_a_declared_size_that_is_wrong
     with pytest.warns(DatasetWarning, match="image id 2 \\(b.png\\) is declared 31×40 but is 30×40 on disk"):
         (record,) = index_instance_split([path], {0: "thing"})
     assert record.image == tmp_path / "data" / "a.png" and len(record.labels) == 1
+
+
+def test_the_shapes_coco_json_and_its_yolo_seg_twin_give_the_same_objects(tmp_path: Path):
+    from zoo_core.data.shapes import SHAPES_CLASSES, ShapesConfig, materialize_shapes
+
+    root = materialize_shapes(ShapesConfig(num_train=8, num_val=2, image_size=64, seed=3), cache=tmp_path)
+    names = dict(enumerate(SHAPES_CLASSES))
+    from_coco = index_instance_split([root / "coco" / "instances_train.json"], names)
+    from_yolo = index_instance_split([root / "segment" / "images" / "train"], names)
+    assert [record.image.name for record in from_coco] == [record.image.name for record in from_yolo]
+    for coco, yolo in zip(from_coco, from_yolo):
+        assert coco.image == root / "images" / "train" / coco.image.name  # COCO's file_name, found in images/train
+        np.testing.assert_allclose(coco.labels, yolo.labels, atol=1e-5)
+        for coco_shape, yolo_shape in zip(coco.shapes, yolo.shapes):
+            assert coco_shape.rle is not None and yolo_shape.polygons
+            np.testing.assert_array_equal(coco_shape.rasterise(64, 64), yolo_shape.rasterise(64, 64))

@@ -119,3 +119,26 @@ def test_classes_filters_points_results_too():
     kept = result.keep_classes([1])
     assert torch.equal(kept.points, torch.tensor([[1.0, 2.0], [5.0, 6.0]])) and torch.equal(kept.scores, torch.tensor([0.9, 0.7]))
     assert kept.labels.tolist() == [1, 1] and len(result.points) == 3  # a copy: the result itself is unchanged
+
+
+def test_the_box_options_apply_to_instance_segmentation_results_too(tmp_path):
+    from zoo_core.tasks import get_task
+    from zoo_core.tasks.predictions import InstanceSegmentationResult
+
+    assert get_task("segment").predict_options == get_task("detect").predict_options
+    masks = torch.zeros(2, 40, 60, dtype=torch.bool)
+    masks[0, 5:25, 10:30] = True
+    masks[1, 20:35, 40:55] = True
+    result = InstanceSegmentationResult(
+        orig_image=torch.zeros(3, 40, 60, dtype=torch.uint8), path=None, name="scene", names={0: "a", 1: "b"},
+        boxes=torch.tensor([[10.0, 5.0, 30.0, 25.0], [40.0, 20.0, 55.0, 35.0]]), scores=torch.tensor([0.9, 0.6]),
+        labels=torch.tensor([1, 0]), masks=masks)
+    kept = result.keep_classes([0])
+    assert kept.labels.tolist() == [0] and torch.equal(kept.masks.data, masks[1:]) and len(result.masks) == 2
+    crops = result.save_crops(tmp_path / "crops", "scene")
+    assert sorted(path.parent.name for path in crops) == ["a", "b"] and Image.open(tmp_path / "crops" / "b" / "scene.jpg").size == (20, 20)
+    original = torch.from_numpy(result.orig_img)
+    changed = [int((torch.from_numpy(result.plot(line_width=width)) != original).any(-1).sum()) for width in (1, 4)]
+    assert changed[1] > changed[0]
+    lines = result.save_txt(tmp_path / "labels" / "scene.txt", save_conf=True).read_text().splitlines()
+    assert [line.split()[0] for line in lines] == ["1", "0"] and all(len(line.split()) % 2 == 0 for line in lines)

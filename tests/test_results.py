@@ -10,7 +10,9 @@ import pytest
 import torch
 
 from zoo_core.reports.drawing import class_colour, drawing_sizes
-from zoo_core.tasks.predictions import ClassificationResult, DetectionResult, PointsResult, RestorationResult, SegmentationResult
+from zoo_core.tasks.predictions import (
+    ClassificationResult, DetectionResult, InstanceSegmentationResult, PointsResult, RestorationResult, SegmentationResult,
+)
 
 
 def detection(shape=(100, 200)) -> DetectionResult:
@@ -79,6 +81,9 @@ def test_the_repr_of_every_result_is_one_short_line_without_tensors():
             boxes=torch.tensor([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]]), scores=torch.tensor([0.9, 0.4]),
             labels=torch.tensor([0, 0])),
         "PointsResult(path='a.jpg', image=3×480×640, points=0)": PointsResult(path=None, **common),
+        "InstanceSegmentationResult(path='a.jpg', image=3×480×640, boxes=1, masks=1)": InstanceSegmentationResult(
+            path=None, boxes=torch.tensor([[1.0, 2.0, 3.0, 4.0]]), scores=torch.tensor([0.9]), labels=torch.tensor([0]),
+            masks=torch.ones(1, 480, 640, dtype=torch.bool), **common),
         "ClassificationResult(path='a.jpg', image=3×480×640, classes=2, top1='bus' 0.70)": ClassificationResult(
             path=None, probs=torch.tensor([0.3, 0.7]), **common),
         "SegmentationResult(path='a.jpg', image=3×480×640, mask=480×640, classes=1)": SegmentationResult(

@@ -160,7 +160,7 @@ def test_segment_polygons_rasterise_to_the_true_visible_masks(tmp_path: Path):
             truth = scene.instance_mask(object_index)
             drawn = shape.rasterise(config.image_size, config.image_size)
             ious.append((drawn & truth).sum() / (drawn | truth).sum())
-            np.testing.assert_allclose(record.labels[object_index, 1:] * config.image_size, scene.boxes[object_index], atol=0.5)
+            np.testing.assert_allclose(record.labels[object_index, 1:] * config.image_size, scene.boxes[object_index], atol=1e-3)
             import cv2
 
             split_objects += cv2.connectedComponents(truth.astype(np.uint8))[0] > 2

@@ -62,3 +62,22 @@ def test_lookup_instance_segmenter_fulfils_the_segment_contract():
                                     placements=[ImagePlacement(((0.5, 0.5), (0.0, 0.0)), (64, 64))] * 2)
     assert mapped["masks"].shape == (1, 64, 64) and mapped["boxes"].tolist() == [[16.0, 8.0, 40.0, 24.0]]
     assert int(mapped["masks"].sum()) == pytest.approx(4 * int(mask.sum()), rel=0.1)
+
+
+def test_tiny_instance_segmenter_fulfils_the_segment_contract():
+    from zoo_core.ops.boxes import ImagePlacement
+
+    from .doubles import TinyInstanceSegmenter
+
+    torch.manual_seed(0)
+    model = TinyInstanceSegmenter(3).eval()
+    outputs = model(torch.rand(2, 3, 64, 64))
+    assert list(outputs) == ["boxes", "scores", "mask_coefficients", "mask_features"]
+    assert outputs["boxes"].shape == (2, 64, 4) and outputs["scores"].shape == (2, 64, 3)
+    assert outputs["mask_coefficients"].shape == (2, 64, 4) and outputs["mask_features"].shape == (2, 4, 16, 16)
+    found, _ = model.postprocess(outputs, conf=0.0, iou=0.7, max_det=10)
+    assert len(found["boxes"]) == len(found["masks"]) <= 10 and found["masks"].shape[-2:] == (64, 64)
+    assert found["masks"].dtype == torch.bool and found["labels"].dtype == torch.long
+    placed, _ = model.postprocess(outputs, conf=0.0, iou=0.7, max_det=10,
+                                  placements=[ImagePlacement(((0.5, 0.5), (0.0, 16.0)), (64, 128))] * 2)
+    assert placed["masks"].shape[-2:] == (64, 128)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +31,7 @@ from zoo_core.tasks.predictions import InstanceSegmentationResult, Masks
 from zoo_core.tasks.segment import InstanceSegmentationDataset, SegmentTask, segment_fitness
 
 from . import family_checks as checks
-from .doubles import LookupInstanceSegmenter, fake_libre, image_key
+from .doubles import LookupInstanceSegmenter, TinyInstanceSegmenter, fake_libre, image_key
 
 NAMES = {0: "square", 1: "triangle"}
 COLOURS = {0: (220, 40, 40), 1: (40, 220, 40)}
@@ -64,7 +65,10 @@ def scene_records(folder: Path, count: int, *, shape: tuple[int, int] = (64, 64)
         for shape_, label, is_crowd in zip(shapes, classes, crowd):
             pixels[shape_.rasterise(height, width)] = (128, 128, 128) if is_crowd else COLOURS[label]
         path = folder / f"scene{index}.png"
-        Image.fromarray(pixels).save(path)
+        # written whole and renamed into place: the two ranks of a DDP test write the same scenes while reading them
+        partial = folder / f".scene{index}.{os.getpid()}.png"
+        Image.fromarray(pixels).save(partial)
+        os.replace(partial, path)
         boxes = [np.concatenate([polygon.min(0), polygon.max(0)]) for polygon in polygons]
         labels = np.array([[label, *box] for label, box in zip(classes, boxes)], dtype=np.float32)
         records.append(InstanceRecord(image=path, height=height, width=width, labels=labels, shapes=shapes,
@@ -226,6 +230,29 @@ def test_perfect_predictions_score_one_and_a_shifted_mask_lowers_mask_map_only()
     shifted = {**perfect, "masks": square_masks([[9, 9, 25, 25]])}  # mask IoU 121/391: below every threshold
     scores = box_and_mask_map([shifted], [truth])
     assert scores["bbox_map"] == 1.0 and scores["segm_map"] == 0.0
+
+
+def test_the_metric_holds_and_gathers_masks_as_rles_not_dense_tensors(monkeypatch):
+    masks = square_masks([[4, 4, 20, 20]], shape=(480, 640))
+    truth = {"boxes": torch.tensor([[4.0, 4.0, 20.0, 20.0]]), "labels": torch.tensor([0]), "masks": masks}
+    metric = OrderedMeanAveragePrecision(iou_type=("bbox", "segm"))
+    metric.update([{**truth, "scores": torch.tensor([0.9])}], [truth], [0])
+    (held,) = metric.detection_mask[0]
+    size, counts = held
+    assert tuple(size) == (480, 640) and isinstance(counts, bytes) and len(counts) < 100  # a 307,200-pixel mask in bytes
+    # what one rank sends the others: every per-image state, RLE tuples as they are
+    sent = []
+
+    def all_gather_object(gathered: list, local: dict, group=None) -> None:
+        sent.append(local)
+        gathered[:] = [local, {name: [] for name in local}]
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)
+    metric._sync_dist()
+    assert sent[0]["detection_mask"] == [(held,)] and sent[0]["groundtruth_mask"] == metric.groundtruth_mask
+    assert not any(isinstance(item, torch.Tensor) and item.numel() >= 480 * 640 for items in sent[0].values() for item in items)
+    assert float(metric.compute()["segm_map"]) == 1.0
 
 
 def test_detections_on_crowd_regions_are_ignored_as_coco_does():
@@ -405,6 +432,8 @@ def test_predict_returns_masks_at_the_original_size_through_the_runner(tmp_path:
     assert Image.open(result.save_path).size == (120, 60)
     label_file = result.save_dir / "labels" / f"{Path(result.save_path).stem}.txt"
     assert label_file.read_text().split()[0] == "1" and len(label_file.read_text().split()) >= 7
+    (kept,) = predict(libre, image.permute(1, 2, 0).numpy(), conf=0.5, classes=[0])
+    assert len(kept.boxes) == 0 and kept.masks.data.shape == (0, 60, 120)
 
 
 # --------------------------------------------------------------------------- end to end on the built-in shapes
@@ -437,3 +466,44 @@ def test_prepare_reads_the_shapes_polygons_and_coco_rles_end_to_end(tmp_path: Pa
     assert sample["masks"].shape[-2:] == (64, 64) and torch.equal(sample["boxes"], boxes_from_masks(sample["masks"]))
     metrics = validate(fake_libre(model, "segment", spec.names, 64), SHAPES, batch=2, imgsz=64, device="cpu", workers=0).metrics
     assert set(metrics) == METRIC_KEYS and metrics["mask_mAP50-95"] == pytest.approx(1.0)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.load` is deprecated:FutureWarning")
+def test_a_segment_model_exports_its_four_outputs_to_onnx_and_torchscript(tmp_path: Path):
+    import onnxruntime
+
+    from zoo_core.export import export_graph
+
+    torch.manual_seed(0)
+    model = TinyInstanceSegmenter(len(NAMES)).eval()
+    outputs = get_task("segment").export_outputs
+    images = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        expected = [model(images)[name].numpy() for name in outputs]
+    onnx_path = export_graph(model, "onnx", tmp_path / "model.onnx", name="tiny-seg", task="segment", outputs=outputs, input_size=64)
+    session = onnxruntime.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+    assert [item.name for item in session.get_outputs()] == list(outputs)
+    for got, want in zip(session.run(None, {"images": images.numpy()}), expected):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    script_path = export_graph(model, "torchscript", tmp_path / "model.torchscript", name="tiny-seg", task="segment",
+                               outputs=outputs, input_size=64)
+    with torch.no_grad():
+        traced = torch.jit.load(str(script_path))(images)
+    assert len(traced) == 4
+    for got, want in zip(traced, expected):
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+def test_an_untrained_prototype_model_validates_and_predicts_through_the_contract(tmp_path: Path):
+    from zoo_core.tasks.runner import predict
+
+    torch.manual_seed(0)
+    task = get_task("segment")
+    spec = task.prepare(SHAPES)
+    model = TinyInstanceSegmenter(len(spec.names)).eval()
+    val = task.dataset(spec, "val", 64, None)
+    metrics = task.validate(model, DataLoader(val, batch_size=2, collate_fn=task.collate), torch.device("cpu"), spec.names)
+    assert set(metrics) == METRIC_KEYS and all(0.0 <= value <= 2.0 for value in metrics.values())
+    image = np.full((48, 80, 3), 90, dtype=np.uint8)
+    (result,) = predict(fake_libre(model, "segment", spec.names, 64), image, conf=0.0, max_det=5)
+    assert result.masks.data.shape == (len(result.boxes), 48, 80) and len(result.masks.xy) == len(result.boxes) <= 5

@@ -162,3 +162,72 @@ def test_default_loss_ignores_padding_and_predict_returns_masks_at_original_size
         warnings.simplefilter("error")
         metrics = validate(libre, data=tmp_path / "d" / "seg.yaml", batch=2, imgsz=64, device="cpu", workers=0).metrics
     assert set(metrics) == {"mIoU", "pixel_acc"} and 0 <= metrics["mIoU"] <= 1
+
+
+# ------------------------------------------------------------------------------ YOLO-seg polygons as semantic data
+def test_yolo_seg_polygons_rasterise_to_the_shapes_class_masks(tmp_path: Path):
+    from zoo_core.data.shapes import SHAPES_CLASSES, ShapesConfig, materialize_shapes
+
+    root = materialize_shapes(ShapesConfig(num_train=12, num_val=3, image_size=96, seed=4), cache=tmp_path)
+    task = SemanticTask()
+    spec = task.prepare(str(root / "segment.yaml"))  # images/ and labels/ only, names without background
+    assert spec.names == {0: "background", **{index + 1: name for index, name in enumerate(SHAPES_CLASSES)}}
+    exact = task.prepare(str(root / "semantic.yaml"))
+    for split in ("train", "val"):
+        ours, truth = task.dataset(spec, split, 96, None), task.dataset(exact, split, 96, None)
+        assert len(ours) == len(truth)
+        for index in range(len(ours)):
+            # the visible regions do not overlap and their polygons are exact, so every pixel agrees
+            assert torch.equal(ours[index]["mask"], truth[index]["mask"]), (split, index)
+            assert torch.equal(ours[index]["image"], truth[index]["image"])
+
+
+def write_polygon_dataset(root: Path, lines: list[str], names=("big", "small")) -> Path:
+    (root / "images" / "train").mkdir(parents=True)
+    (root / "labels" / "train").mkdir(parents=True)
+    Image.fromarray(np.full((40, 40, 3), 80, dtype=np.uint8)).save(root / "images" / "train" / "a.png")
+    (root / "labels" / "train" / "a.txt").write_text("".join(line + "\n" for line in lines))
+    (root / "data.yaml").write_text(yaml.safe_dump({"path": ".", "train": "images/train", "val": "images/train", "names": list(names)}))
+    return root / "data.yaml"
+
+
+@pytest.mark.parametrize("small_first", [True, False])
+def test_a_smaller_object_is_painted_over_a_larger_one_whatever_the_line_order(tmp_path: Path, small_first: bool):
+    big = "0 0.0 0.0 0.6 0.0 0.6 0.6 0.0 0.6"  # pixels 0..24 × 0..24, class 0 -> index 1
+    small = "1 0.25 0.25 0.75 0.25 0.75 0.75 0.25 0.75"  # pixels 10..30 × 10..30, class 1 -> index 2
+    data = write_polygon_dataset(tmp_path, [small, big] if small_first else [big, small], names=("big", "small"))
+    task = SemanticTask()
+    spec = task.prepare(str(data))
+    assert spec.names == {0: "background", 1: "big", 2: "small"} and spec.extra["polygon_labels"]
+    mask = task.dataset(spec, "train", 40, None)[0]["mask"]
+    expected = torch.zeros(40, 40, dtype=torch.uint8)
+    expected[0:24, 0:24] = 1
+    expected[10:30, 10:30] = 2
+    assert torch.equal(mask, expected)
+
+
+def test_bad_polygon_lines_are_reported_and_masks_still_win_over_labels(tmp_path: Path):
+    data = write_polygon_dataset(tmp_path, ["0 0.0 0.0 0.5 0.0 0.5 0.5", "5 0.1 0.1 0.2 0.1 0.2 0.2"])
+    task = SemanticTask()
+    with pytest.warns(DatasetWarning, match="a.txt:2: class id 5 is outside names"):
+        sample = task.dataset(task.prepare(str(data)), "train", 40, None)[0]
+    assert set(sample["mask"].unique().tolist()) == {0, 1}
+    (tmp_path / "masks" / "train").mkdir(parents=True)  # a masks/ folder beside images/: the ordinary format
+    Image.fromarray(np.full((40, 40), 2, dtype=np.uint8)).save(tmp_path / "masks" / "train" / "a.png")
+    spec = task.prepare(str(data))
+    assert not spec.extra["polygon_labels"] and spec.names == {0: "big", 1: "small"}
+
+
+def test_segformer_trains_on_a_coco8_seg_style_yaml(tmp_path: Path):
+    """``zoo train model=segformer-b0 data=<YOLO-seg YAML>``: images/ and labels/ only, no masks/ (what used to be
+    'no usable image with a valid mask')."""
+    from zoo_core.data.shapes import ShapesConfig, materialize_shapes
+    from zoo_core.facade import LibreYOLO
+
+    root = materialize_shapes(ShapesConfig(num_train=8, num_val=4, image_size=64, seed=0), cache=tmp_path)
+    assert not (root / "segment" / "masks").exists()
+    model = LibreYOLO("segformer-b0", num_classes=5, seed=0)
+    result = model.train(data=str(root / "segment.yaml"), epochs=1, batch=4, imgsz=64, device="cpu", workers=0, seed=0,
+                         plots=False, verbose=False, project=str(tmp_path / "runs"))
+    assert result.epochs_completed == 1 and np.isfinite(result.history[0]["train/loss"])
+    assert 0.0 <= result.metrics["mIoU"] <= 1.0 and model.names[0] == "background"

@@ -9,6 +9,9 @@ does), and returns a flat tuple of tensors whose order and names the task states
 
 - detect: ``boxes`` (N×A×4, xyxy in input pixels) and ``scores`` (N×A×C, class probabilities):
   every candidate before confidence filtering and NMS, as ``model(images)["boxes"/"scores"]``;
+- segment: detect's two, then ``mask_coefficients`` (N×A×K, each candidate's mask parameters) and
+  ``mask_features`` (N×K'×h×w, the map they act on): a runtime builds a kept candidate's mask from
+  the two, as the family's ``postprocess`` does (for YOLO: coefficients times prototypes);
 - classify: ``logits`` (N×C); semantic: ``logits`` (N×C×H×W); points: ``logits`` (the heatmap);
 - restore: ``image`` (N×3×H×W).
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 import cv2
@@ -40,6 +41,7 @@ __all__ = [
     "make_boxes",
     "resize_long_side",
     "mosaic4",
+    "PlacedMasks",
     "RandomWarp",
     "RandomHSV",
     "warp_boxes",
@@ -94,6 +96,40 @@ def resize_long_side(
     return image, boxes, mask, ratios
 
 
+@dataclass
+class PlacedMasks:
+    """The instance masks of a mosaic without a canvas-sized copy: each piece's visible part (``n_i×h×w``
+    uint8) and its ``(left, top)`` on the ``canvas_size`` canvas. ``warp`` and ``crop`` put them on the
+    output directly (a 2×2 mosaic of 20 objects a piece at 640 px would otherwise be 80 planes of 1280²)."""
+
+    parts: list[torch.Tensor]
+    offsets: list[tuple[int, int]]
+    canvas_size: tuple[int, int]
+
+    def __len__(self) -> int:
+        return sum(len(part) for part in self.parts)
+
+    def warp(self, matrix: np.ndarray, output_size: tuple[int, int]) -> torch.Tensor:
+        """The ``n×H×W`` masks of the canvas warped by the 2×3 continuous-coordinate ``matrix`` (``RandomWarp``'s)
+        onto ``output_size``: nearest neighbour, 0 where nothing was; each part's offset is folded into the matrix."""
+        height, width = output_size
+        warped = []
+        for part, (left, top) in zip(self.parts, self.offsets):
+            if not len(part):
+                continue
+            shifted = np.array(matrix, dtype=np.float64, copy=True)
+            shifted[:, 2] += shifted[:, :2] @ np.array([left, top], dtype=np.float64)
+            warped.append(_warp_planes(part, pixel_index_matrix(shifted), (height, width), cv2.INTER_NEAREST, 0))
+        return torch.cat(warped) if warped else torch.zeros((0, height, width), dtype=torch.uint8)
+
+    def crop(self, output_size: tuple[int, int]) -> torch.Tensor:
+        """The ``n×H×W`` masks of the canvas's centred ``output_size`` crop (``F.center_crop``'s rounding)."""
+        height, width = output_size
+        top = int(round((self.canvas_size[0] - height) / 2.0))
+        left = int(round((self.canvas_size[1] - width) / 2.0))
+        return self.warp(np.array([[1.0, 0.0, -left], [0.0, 1.0, -top]]), output_size)
+
+
 def mosaic4(
     pieces: Sequence[tuple[torch.Tensor, tv_tensors.BoundingBoxes, torch.Tensor]],
     size: int,
@@ -106,8 +142,8 @@ def mosaic4(
     boxes keep unclipped coordinates, so ``keep_visible_boxes`` can judge how much remains).
 
     Returns ``(canvas, boxes, classes)``; with ``masks`` (one ``n_i×h×w`` instance-mask stack per
-    piece, of the piece's size) also the ``n×2size×2size`` canvas masks, the pieces' masks placed
-    exactly as their pixels: ``(canvas, boxes, classes, canvas_masks)``.
+    piece, of the piece's size) also where they lie, cut exactly as the pixels are:
+    ``(canvas, boxes, classes, PlacedMasks)``.
     """
     if len(pieces) != 4:
         raise ValueError(f"mosaic4 needs 4 pieces, got {len(pieces)}")
@@ -115,7 +151,7 @@ def mosaic4(
         raise ValueError(f"mosaic4 needs one mask stack per piece, got {len(masks)} for 4 pieces")
     canvas_size = 2 * size
     canvas = torch.full((3, canvas_size, canvas_size), PAD_VALUE, dtype=torch.uint8)
-    all_masks = []
+    placed = PlacedMasks([], [], (canvas_size, canvas_size))
     centre_x = int(random.uniform(size * 0.5, size * 1.5))
     centre_y = int(random.uniform(size * 0.5, size * 1.5))
     all_boxes, all_classes = [], []
@@ -130,16 +166,17 @@ def mosaic4(
             canvas[:, y1:y2, x1:x2] = image[:, y1 - top : y2 - top, x1 - left : x2 - left]
         if masks is not None:
             piece_masks = masks[position]
-            placed = piece_masks.new_zeros((len(piece_masks), canvas_size, canvas_size))
-            if x2 > x1 and y2 > y1:
-                placed[:, y1:y2, x1:x2] = piece_masks[:, y1 - top : y2 - top, x1 - left : x2 - left]
-            all_masks.append(placed)
+            visible = piece_masks[:, max(y1 - top, 0) : max(y2 - top, 0), max(x1 - left, 0) : max(x2 - left, 0)]
+            if visible.shape[-1] == 0 or visible.shape[-2] == 0:  # the piece fell off the canvas: its objects are empty
+                visible = piece_masks.new_zeros((len(piece_masks), 1, 1))
+            placed.parts.append(visible)
+            placed.offsets.append((x1, y1))
         shifted = boxes.as_subclass(torch.Tensor) + torch.tensor([left, top, left, top], dtype=torch.float32)
         all_boxes.append(shifted)
         all_classes.append(classes)
     boxes = make_boxes(torch.cat(all_boxes), (canvas_size, canvas_size))
     if masks is not None:
-        return canvas, boxes, torch.cat(all_classes), torch.cat(all_masks)
+        return canvas, boxes, torch.cat(all_classes), placed
     return canvas, boxes, torch.cat(all_classes)
 
 
@@ -285,6 +322,13 @@ def _warp_planes(planes: torch.Tensor, matrix: np.ndarray, output_size: tuple[in
     if stack.shape[0] == 0:  # an empty instance-mask stack (an image without objects)
         return stack.new_zeros((0, height, width))
     work = stack if dtype in (torch.uint8, torch.int16, torch.float32, torch.float64) else stack.float()
+    if work.shape[0] > 4:  # an instance-mask stack: each contiguous plane warps as it is, with no H×W×C copy
+        warped_planes = torch.empty((work.shape[0], height, width), dtype=work.dtype)
+        for index, plane in enumerate(work):
+            warped_planes[index] = torch.from_numpy(cv2.warpAffine(
+                np.ascontiguousarray(plane.numpy()), matrix, (width, height), flags=interpolation,
+                borderMode=cv2.BORDER_CONSTANT, borderValue=(fill,) * 4))
+        return warped_planes.to(dtype)
     chunks = []
     for start in range(0, work.shape[0], 4):
         chunk = _to_planes_last(work[start : start + 4])
@@ -338,14 +382,15 @@ def keep_visible_boxes(
 
 def boxes_from_masks(masks: torch.Tensor) -> torch.Tensor:
     """The tight xyxy box (pixel edges: a one-pixel mask at column 3 spans x 3..4) of each plane of an
-    ``n×H×W`` mask stack; an empty plane gets the empty box ``0, 0, 0, 0``."""
-    from torchvision.ops import masks_to_boxes
-
-    boxes = torch.zeros((len(masks), 4), dtype=torch.float32)
-    present = masks.flatten(1).bool().any(dim=1) if len(masks) else torch.zeros(0, dtype=torch.bool)
-    if present.any():
-        tight = masks_to_boxes(masks[present].bool())
-        boxes[present] = tight + torch.tensor([0.0, 0.0, 1.0, 1.0])
+    ``n×H×W`` mask stack; an empty plane gets the empty box ``0, 0, 0, 0`` (OpenCV's ``boundingRect`` of its
+    non-zero pixels)."""
+    planes = masks.as_subclass(torch.Tensor)
+    boxes = torch.zeros((len(planes), 4), dtype=torch.float32)
+    for index, plane in enumerate(planes):
+        values = plane.numpy()
+        x, y, width, height = cv2.boundingRect(np.ascontiguousarray(values if values.dtype == np.uint8 else (values != 0).astype(np.uint8)))
+        if width and height:
+            boxes[index] = torch.tensor([x, y, x + width, y + height], dtype=torch.float32)
     return boxes
 
 

@@ -84,17 +84,27 @@ def _closest_points(ring: np.ndarray, piece: np.ndarray) -> tuple[int, int]:
 def mask_outline(mask: np.ndarray) -> np.ndarray | None:
     """One polygon (k×2 float32 ``x, y`` in pixels) whose COCO rasterisation is ``mask`` (H×W bool), or ``None`` if empty.
 
-    The outline is traced (OpenCV ``findContours``) on the mask upsampled twice, so its points lie a quarter
-    pixel inside the pixel edges and pycocotools' rasterisation gives the pixels back. An object in several
+    The outline is traced (OpenCV ``findContours``) on the mask upsampled twice and its points snapped to the
+    nearest pixel corners, so they lie on the pixel edges: the polygon's extent is the mask's exact box and
+    pycocotools' rasterisation gives the pixels back (a contour through pixel centres, as tracing the mask
+    itself gives, loses half a pixel all round). An object in several
     pieces, or with holes (an occluder inside it), becomes one ring: each further piece or hole is joined to
     the ring by a zero-width bridge between their closest points, as Ultralytics' COCO converter merges an
     object's segments (YOLO's format holds one polygon per object); the bridges cover no area.
     """
     import cv2
 
-    upsampled = np.kron(np.asarray(mask, dtype=np.uint8), np.ones((2, 2), dtype=np.uint8))
+    mask = np.asarray(mask, dtype=bool)
+    rows, columns = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    if not len(rows):
+        return None
+    top, left = int(rows[0]), int(columns[0])  # traced in the object's box only: a whole image upsampled is slow
+    crop = mask[top: int(rows[-1]) + 1, left: int(columns[-1]) + 1].astype(np.uint8)
+    upsampled = np.pad(crop.repeat(2, axis=0).repeat(2, axis=1), 1)  # the margin: a contour must not touch the border
     contours, _ = cv2.findContours(upsampled, cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE)
-    rings = [(contour.reshape(-1, 2).astype(np.float64) + 0.5) / 2 for contour in contours if len(contour) >= 1]
+    # an upsampled boundary pixel u has its centre at (u + 0.5) / 2, a quarter pixel inside its pixel's edge
+    origin = np.array([left, top], dtype=np.float64)
+    rings = [np.round((contour.reshape(-1, 2).astype(np.float64) - 1 + 0.5) / 2) + origin for contour in contours]
     if not rings:
         return None
     rings.sort(key=len, reverse=True)
@@ -104,7 +114,7 @@ def mask_outline(mask: np.ndarray) -> np.ndarray | None:
         rotated = np.roll(piece, -start, axis=0)
         # out along the bridge, round the piece back to its first point, and back along the bridge
         outline = np.concatenate([outline[: at + 1], rotated, rotated[:1], outline[at:]])
-    if len(outline) < 3:  # a single pixel traces to fewer points: give its square
-        x, y = outline.min(axis=0)
-        outline = np.array([[x, y], [x + 0.5, y], [x + 0.5, y + 0.5], [x, y + 0.5]])
-    return outline.astype(np.float32)
+    repeated = np.all(outline == np.roll(outline, 1, axis=0), axis=1)  # snapping can land two points on one corner
+    if repeated.all():
+        repeated[0] = False
+    return outline[~repeated].astype(np.float32)

@@ -13,6 +13,14 @@ also be a plain string (an image folder or ``.txt`` list): masks are then found 
 last ``/images/`` of each image path with ``/masks/`` and the suffix with ``.png`` (as YOLO labels
 are found). Masks are single-channel PNGs (mode ``L``, ``P`` or 16-bit) whose pixel values are
 class indices, the same size as their image.
+
+A YOLO segmentation dataset (plain image folders or lists, polygon labels in ``labels/`` beside
+``images/``, no ``masks/``: Ultralytics' coco8-seg layout) is read as semantic data too: each image's
+polygons are rasterised into a class mask (``class_mask_from_instances``). Class ``k`` of the YAML
+becomes index ``k + 1`` and index 0 is ``background`` (names gain it); where objects overlap, larger
+objects are painted first and smaller ones over them (Ultralytics' ``polygons2masks_overlap`` orders its
+masks by area the same way), ties in label-file order; COCO ``iscrowd`` regions become ``ignore_index``.
+A split is read this way when its first image has no mask file and has a label file.
 """
 
 from __future__ import annotations
@@ -28,9 +36,13 @@ import numpy as np
 from zoo_core.data.dataset_yaml import dataset_root, parse_names, read_dataset_yaml, resolve_under
 from zoo_core.data.errors import DatasetError, ProblemReport
 from zoo_core.data.images import images_from_entry, images_in_directory, refuse_shared_annotations, usable_images
+from zoo_core.data.instances import InstanceRecord
 from zoo_core.errors import excerpt
 
-__all__ = ["SemanticRecord", "SemanticYaml", "SemanticSplit", "DEFAULT_IGNORE_INDEX", "mask_path_for", "read_semantic_yaml", "index_semantic_split"]
+__all__ = [
+    "SemanticRecord", "PolygonMaskRecord", "SemanticYaml", "SemanticSplit", "DEFAULT_IGNORE_INDEX", "mask_path_for", "read_semantic_yaml",
+    "index_semantic_split", "reads_polygon_labels", "index_polygon_split", "class_mask_from_instances",
+]
 
 DEFAULT_IGNORE_INDEX = 255
 _MASK_MODES = ("L", "P", "I;16", "I")
@@ -53,6 +65,14 @@ class SemanticRecord:
 
 
 @dataclass
+class PolygonMaskRecord:
+    """A usable image whose class mask is rasterised from its instances (YOLO-seg polygons) when it is loaded."""
+
+    image: Path
+    instances: InstanceRecord
+
+
+@dataclass
 class SemanticYaml:
     """What a semantic dataset YAML declares, resolved to paths."""
 
@@ -61,6 +81,7 @@ class SemanticYaml:
     names: dict[int, str]
     ignore_index: int
     splits: dict[str, SemanticSplit]
+    polygon_labels: bool = False  # a YOLO-seg dataset: names gained "background", masks come from polygons
 
 
 def mask_path_for(image_path: Path, split: SemanticSplit) -> Path:
@@ -110,7 +131,57 @@ def read_semantic_yaml(yaml_path: Path) -> SemanticYaml:
                 raise DatasetError(f"{yaml_path}: missing {key!r}; give {{images: dir, masks: dir}} relative to {root}")
             continue
         splits[key] = _parse_split(yaml_path, root, key, value)
+    if reads_polygon_labels(splits["train"]):
+        # YOLO-seg classes 0..n-1 move up one to make room for the background
+        names = {0: "background", **{index + 1: name for index, name in names.items()}}
+        if ignore_index in names:
+            raise DatasetError(f"{yaml_path}: ignore_index {ignore_index} is a class index once 'background' is added; choose another (e.g. 255)")
+        return SemanticYaml(yaml_path=yaml_path, root=root, names=names, ignore_index=ignore_index, splits=splits, polygon_labels=True)
     return SemanticYaml(yaml_path=yaml_path, root=root, names=names, ignore_index=ignore_index, splits=splits)
+
+
+def _first_image(split: SemanticSplit) -> Path | None:
+    for entry in split.images:
+        if entry.is_dir():
+            found = images_in_directory(entry)
+        elif entry.is_file():
+            found = images_from_entry(entry, ProblemReport(str(entry), limit=0))
+        else:
+            found = []
+        if found:
+            return found[0]
+    return None
+
+
+def reads_polygon_labels(split: SemanticSplit) -> bool:
+    """Whether ``split`` is YOLO-seg data: plain image entries whose first image has a label file and no mask."""
+    from zoo_core.data.yolo_format import label_path_for
+
+    if split.masks is not None:
+        return False
+    image = _first_image(split)
+    return image is not None and not mask_path_for(image, split).is_file() and label_path_for(image).is_file()
+
+
+def index_polygon_split(split: SemanticSplit, names: Mapping[int, str], what: str = "semantic split") -> list[PolygonMaskRecord]:
+    """Every usable image of a YOLO-seg ``split`` with its objects; ``names`` include ``background`` at 0."""
+    from zoo_core.data.instance_readers import index_instance_split
+
+    object_names = {index - 1: name for index, name in names.items() if index > 0}
+    return [PolygonMaskRecord(image=record.image, instances=record)
+            for record in index_instance_split(list(split.images), object_names, what=what)]
+
+
+def class_mask_from_instances(record: InstanceRecord, ignore_index: int = DEFAULT_IGNORE_INDEX) -> np.ndarray:
+    """The ``height×width`` class mask of ``record``'s objects (uint8, or int32 for indices above 255; rule in the
+    module docstring): 0 where no object is, ``class + 1`` under an object, ``ignore_index`` under a crowd region."""
+    regions = [shape.rasterise(record.height, record.width) for shape in record.shapes]
+    values = [ignore_index if crowd else int(row[0]) + 1 for row, crowd in zip(record.labels, record.crowd)]
+    dtype = np.uint8 if max([0, *values]) <= 255 else np.int32
+    mask = np.zeros((record.height, record.width), dtype=dtype)
+    for position in sorted(range(len(regions)), key=lambda index: -int(regions[index].sum())):  # stable: ties in file order
+        mask[regions[position]] = values[position]
+    return mask
 
 
 def _mask_problem(mask_path: Path, shape: tuple[int, int], num_classes: int, ignore_index: int) -> str:

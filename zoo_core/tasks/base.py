@@ -7,6 +7,10 @@ A family plugin supplies the model (and its loss where the task's default does n
 Batches are dicts. Every task puts the network input under ``"images"`` (float, N×3×H×W, on
 the device after ``Task.preprocess``). After ``preprocess`` the keys are:
 
+- segment: every detect key, plus ``masks`` (M×S×S uint8 in {0, 1}: row i the mask of ``targets`` row i,
+  in input pixels, aligned with the augmented image; crowd regions never appear). A family downsamples
+  ``masks`` itself when its loss wants a lower resolution. Validation batches also carry
+  ``instance_truths`` (per image the objects at the original size, crowd regions included, as COCO RLEs).
 - classify: ``images`` (ImageNet-normalised), ``labels`` (N, int64).
 - detect: ``images`` (letterboxed, in [0, 1]), ``targets`` (M×6 float: image index in the batch,
   class, x1, y1, x2, y2 in input pixels), plus per-image ``orig_shapes`` (list of ``(h, w)``),
@@ -33,6 +37,14 @@ Model contract (what ``build_model`` must return, per task):
 - detection also needs ``model.postprocess(outputs, conf, iou, max_det)`` on eval outputs,
   returning one dict per image with ``boxes`` (n×4 xyxy in input pixels), ``scores`` (n) and
   ``labels`` (n, int64).
+- segment: in eval mode ``model(images)`` returns a dict with at least ``boxes`` (N×A×4 xyxy, input pixels),
+  ``scores`` (N×A×C probabilities), ``mask_coefficients`` (N×A×K: each candidate's mask parameters — YOLO's
+  prototype coefficients, RTMDet-Ins's dynamic-kernel parameters) and ``mask_features`` (N×K'×h×w: the
+  per-image map they act on), the exported graph's outputs in that order. ``model.postprocess(outputs, conf,
+  iou, max_det, placements=None)`` returns detection's dicts plus ``masks`` (n×H×W bool): with ``placements``
+  boxes and masks are in original-image pixels (H, W the placement's shape; the letterbox padding cropped,
+  resized, thresholded, in the family's reference order), without them in input pixels. ``model.loss``
+  reads ``targets`` and ``masks``.
 - semantic: in eval mode ``model(images)`` returns logits N×C×H×W at the input resolution.
 - restore: ``model(images)`` returns the restored images N×3×H×W (same size as the input).
 

@@ -53,7 +53,7 @@ from zoo_core.data.errors import DatasetError, ProblemReport
 from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import boxes_to_input, fit_to_input
 from zoo_core.ops.boxes import ImagePlacement
-from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError
+from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, unwrap_model
 from zoo_core.tasks.detect import DetectionDataset, DetectTask, _collate_detection, detection_fitness
 from zoo_core.tasks.predictions import InstanceSegmentationResult
 
@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from zoo_core.data.instances import InstanceRecord
     from zoo_core.reports.validation_report import ValidationReport
 
-__all__ = ["SegmentTask", "InstanceSegmentationDataset", "segment_fitness", "mask_to_rle"]
+__all__ = ["SegmentTask", "InstanceSegmentationDataset", "segment_fitness", "mask_to_rle", "rles_to_masks"]
 
 #: Where the objects of an augmented sample were: (image, unclipped boxes, classes, n×H×W uint8 masks).
 Instances = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]
@@ -151,13 +151,13 @@ class InstanceSegmentationDataset(DetectionDataset):
             piece_image, piece_boxes, masks, _ = resize_long_side(piece_image, size, boxes=piece_boxes, mask=masks)
             pieces.append((piece_image, piece_boxes, piece_classes))
             piece_masks.append(masks)
-        image, boxes, classes, masks = mosaic4(pieces, size, masks=piece_masks)
+        image, boxes, classes, placed = mosaic4(pieces, size, masks=piece_masks)
         affine = random_affine(settings, output_size=(size, size), mask_fill=0)
-        if affine is not None:  # one warp of the canvas and its masks straight onto the centred input-size crop
-            image, boxes, warped = apply_v2(affine, image, boxes, tv_tensors.Mask(masks))
-            return image, boxes, classes, warped.as_subclass(torch.Tensor)
-        return (F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size]), classes,
-                F.center_crop(tv_tensors.Mask(masks), [size, size]).as_subclass(torch.Tensor))
+        if affine is not None:  # one warp of the canvas straight onto the centred input-size crop, each piece's masks with it
+            params = affine.make_params([tv_tensors.Image(image)])
+            warped_image = affine.transform(tv_tensors.Image(image), params).as_subclass(torch.Tensor)
+            return warped_image, affine.transform(boxes, params), classes, placed.warp(params["matrix"], (size, size))
+        return F.center_crop(image, [size, size]), F.center_crop(boxes, [size, size]), classes, placed.crop((size, size))
 
     def _mixup_instances(self, first: Instances, second: Instances) -> Instances:
         """MixUp of two mosaics (``DetectionDataset._mixup``'s blend), both sets of objects and masks kept."""
@@ -272,8 +272,6 @@ class SegmentTask(DetectTask):
 
     @staticmethod
     def _postprocess(model: torch.nn.Module) -> Any:
-        from zoo_core.tasks.base import unwrap_model
-
         postprocess = getattr(unwrap_model(model), "postprocess", None)
         if not callable(postprocess):
             raise ModelContractError(

@@ -1,7 +1,8 @@
 """Semantic segmentation: images with PNG class-index masks, mIoU.
 
-Data: a YAML naming image and mask folders (``zoo_core.data.mask_format``), or ``"shapes"``
-(class 0 is ``background``). The input size is an int (a square) or ``(height, width)``
+Data: a YAML naming image and mask folders (``zoo_core.data.mask_format``), a YOLO segmentation
+dataset YAML (its polygons rasterised into class masks, ``background`` added as class 0: the rule is in
+``zoo_core.data.mask_format``), or ``"shapes"`` (class 0 is ``background``). The input size is an int (a square) or ``(height, width)``
 (PP-LiteSeg trains on 512×1024 Cityscapes crops). Samples are fitted to ``H×W`` by the family's
 input pipeline (``zoo_core/data/input_pipeline.py``): letterboxed (aspect kept, images padded grey,
 masks padded with ``ignore_index`` so padding counts in neither loss nor metric) or stretched, as
@@ -37,7 +38,14 @@ from zoo_core.data.dataset_yaml import YAML_SUFFIXES
 from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import fit_to_input, logits_to_original
-from zoo_core.data.mask_format import SemanticRecord, index_semantic_split, read_semantic_yaml
+from zoo_core.data.mask_format import (
+    PolygonMaskRecord,
+    SemanticRecord,
+    class_mask_from_instances,
+    index_polygon_split,
+    index_semantic_split,
+    read_semantic_yaml,
+)
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.registry import ImageSize, InputPipeline, image_size_hw, normalise_image_size
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device
@@ -80,7 +88,7 @@ def draw_mask_batch(images: torch.Tensor, masks: torch.Tensor, ignore_index: int
 class SemanticDataset(Dataset):
     """(image, mask) pairs fitted to the input by ``pipeline``; random affine/flip/HSV when ``augment`` is on."""
 
-    def __init__(self, records: list[SemanticRecord], image_size: ImageSize, ignore_index: int, augment: AugmentSettings | None,
+    def __init__(self, records: list[SemanticRecord] | list[PolygonMaskRecord], image_size: ImageSize, ignore_index: int, augment: AugmentSettings | None,
                  pipeline: InputPipeline | None = None) -> None:
         self.records = records
         self.image_size = normalise_image_size(image_size, "image_size", minimum=16)
@@ -93,9 +101,13 @@ class SemanticDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         record = self.records[index]
-        image, mask = read_image(record.image), read_mask(record.mask)
+        image = read_image(record.image)
+        if isinstance(record, PolygonMaskRecord):
+            mask = torch.from_numpy(class_mask_from_instances(record.instances, self.ignore_index))
+        else:
+            mask = read_mask(record.mask)
         if tuple(mask.shape) != tuple(image.shape[-2:]):
-            raise DatasetError(f"{record.mask}: mask size {tuple(mask.shape)} differs from its image {tuple(image.shape[-2:])}")
+            raise DatasetError(f"{getattr(record, 'mask', record.image)}: mask size {tuple(mask.shape)} differs from its image {tuple(image.shape[-2:])}")
         if mask.dtype == torch.uint8 and not 0 <= self.ignore_index <= 255:
             mask = mask.to(torch.int32)  # so padding can hold an ignore_index beyond 8 bits
         original_shape = (int(image.shape[-2]), int(image.shape[-1]))
@@ -162,12 +174,16 @@ class SemanticTask(Task):
             train=layout.splits["train"],
             val=layout.splits["val"],
             test=layout.splits.get("test"),
-            extra={"ignore_index": layout.ignore_index, "yaml": str(yaml_path)},
+            extra={"ignore_index": layout.ignore_index, "yaml": str(yaml_path), "polygon_labels": layout.polygon_labels},
         )
 
     def dataset(self, spec: DataSpec, split: str, image_size: ImageSize, augment: AugmentSettings | None) -> SemanticDataset:
         ignore_index = int(spec.extra.get("ignore_index", 255))
-        records = index_semantic_split(spec.split(split), spec.names, ignore_index, what=f"{spec.root} ({split})")
+        what = f"{spec.root} ({split})"
+        if spec.extra.get("polygon_labels"):
+            records: Any = index_polygon_split(spec.split(split), spec.names, what=what)
+        else:
+            records = index_semantic_split(spec.split(split), spec.names, ignore_index, what=what)
         return SemanticDataset(records, image_size, ignore_index, augment if split == "train" else None, self.input_pipeline)
 
     def collate(self, samples: list[Any]) -> dict[str, Any]:
