@@ -347,7 +347,7 @@ def test_rtmdet_ins_t_overfits_a_fixed_sample_to_a_mask_map(tmp_path, learning):
         tmp_path, "rtmdet_ins-t", "segment", images=8, size=96, batch=8, val_options={"plots": False},
         epochs=60, nbs=8, optimizer="AdamW", lr0=0.003, warmup_iters=0, mosaic=0.0, close_mosaic=0, seed=learning.seed)
     (result,) = model.predict(str(sorted(images.iterdir())[0]), conf=0.5)
-    learning.expect(metrics, {"mask_mAP50": 0.6, "mAP50": 0.6},
+    learning.expect(metrics, {"mask_mAP50": 0.55, "mAP50": 0.6},
                     checks={"masks": result.masks is not None and result.masks.data.shape[1:] == (96, 96)})
 
 
