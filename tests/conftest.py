@@ -88,8 +88,14 @@ def _isolated_zoo(zoo_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     for name in ("ZOO_BLOCK_PLUGINS", "ZOO_DEBUG", "MASTER_ADDR", "MASTER_PORT", "RANK", "LOCAL_RANK", "WORLD_SIZE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.chdir(tmp_path)
-    with isolated_plugin_manager():
-        yield
+    # The cache is shared by the session, its settings file is not: one test's runs_dir must not move another's runs.
+    settings_file = zoo_home / "settings.yaml"
+    settings_file.unlink(missing_ok=True)
+    try:
+        with isolated_plugin_manager():
+            yield
+    finally:
+        settings_file.unlink(missing_ok=True)
 
 
 @pytest.fixture

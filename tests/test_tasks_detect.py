@@ -535,6 +535,13 @@ def test_coco_crowd_boxes_are_left_out_and_yaml_names_override_the_categories(tm
         {"path": ".", "train": "annotations/instances_train.json", "val": "annotations/instances_val.json", "names": ["a", "b"]}))
     with pytest.raises(DatasetError, match="1 categories .* but names lists 2 classes"):
         get_task("detect").dataset(get_task("detect").prepare(str(tmp_path / "data.yaml")), "train", 64, None)
+    for split in ("train", "val"):  # only the crowd region left: nothing to learn, and the error says where
+        content["annotations"] = content["annotations"][1:]
+        (tmp_path / "annotations" / f"instances_{split}.json").write_text(json.dumps(content))
+    (tmp_path / "data.yaml").write_text(yaml.safe_dump(
+        {"path": ".", "train": "annotations/instances_train.json", "val": "annotations/instances_val.json"}))
+    with pytest.raises(DatasetError, match="instances_train.json: none of the 1 training images has a box \\(crowd"):
+        get_task("detect").dataset(get_task("detect").prepare(str(tmp_path / "data.yaml")), "train", 64, None)
     with pytest.raises(DatasetError, match="COCO layout needs both instances_train"):
         (tmp_path / "annotations" / "instances_val.json").unlink()
         (tmp_path / "data.yaml").unlink()

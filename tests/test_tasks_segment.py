@@ -131,6 +131,34 @@ def test_a_known_polygon_warped_by_a_fixed_affine_keeps_its_area_position_and_a_
     assert torch.equal(boxes, boxes_from_masks(masks)) and classes.tolist() == [3]
 
 
+def test_a_mosaics_masks_warped_piece_by_piece_equal_the_warped_canvas():
+    import random
+
+    from torchvision import tv_tensors
+
+    from zoo_core.data.augment import mosaic4
+
+    generator = torch.Generator().manual_seed(4)
+    random.seed(4)
+    pieces, piece_masks = [], []
+    for height, width in ((64, 48), (40, 64), (64, 64), (30, 50)):
+        masks = (torch.rand(3, height, width, generator=generator) > 0.7).to(torch.uint8)
+        pieces.append((torch.zeros(3, height, width, dtype=torch.uint8), make_boxes(torch.zeros(3, 4), (height, width)),
+                       torch.zeros(3, dtype=torch.long)))
+        piece_masks.append(masks)
+    canvas, _, _, placed = mosaic4(pieces, 64, masks=piece_masks)
+    dense = torch.zeros(12, 128, 128, dtype=torch.uint8)  # the canvas-sized masks the per-piece form avoids
+    for number, (part, (left, top)) in enumerate(zip(placed.parts, placed.offsets)):
+        dense[3 * number: 3 * number + 3, top: top + part.shape[1], left: left + part.shape[2]] = part
+    torch.manual_seed(4)
+    warp = RandomWarp(degrees=15.0, translate=0.1, scale=0.4, output_size=(64, 64), mask_fill=0)
+    params = warp.make_params([tv_tensors.Image(canvas)])
+    expected = warp.transform(tv_tensors.Mask(dense), params).as_subclass(torch.Tensor)
+    assert expected.sum() > 1000
+    assert (placed.warp(params["matrix"], (64, 64)) == expected).float().mean() > 0.999  # nearest ties may round apart
+    assert torch.equal(placed.crop((64, 64)), dense[:, 32:96, 32:96])
+
+
 def test_instances_whose_mask_vanished_are_dropped():
     masks = torch.zeros(3, 32, 32, dtype=torch.uint8)
     masks[0, 4:10, 4:12] = 1
@@ -195,6 +223,8 @@ def test_collate_builds_the_segment_batch_contract(tmp_path: Path):
     # row i of masks is the object of targets row i: its tight box is the target's box (to a pixel's rounding)
     assert torch.allclose(boxes_from_masks(batch["masks"]), batch["targets"][:, 2:6], atol=1.5)  # a thin apex may miss a row
     assert batch["indices"].tolist() == [0, 1, 2] and len(batch["instance_truths"]) == 3
+    # the metric's truths travel as COCO RLEs (bytes), never as original-size dense masks
+    assert all(isinstance(rle["counts"], (bytes, str)) for truth in batch["instance_truths"] for rle in truth["rles"])
     preprocessed = task.preprocess(batch, torch.device("cpu"))
     assert preprocessed["images"].dtype == torch.float32 and preprocessed["masks"].shape == (6, 64, 64)
     resized = task.resize_batch(preprocessed, (96, 96))
@@ -371,6 +401,18 @@ def test_masks_offer_data_and_largest_contour_polygons_in_pixels_and_normalised(
     assert repr(result) == "InstanceSegmentationResult(path='scene', image=3×40×60, boxes=2, masks=2)"
 
 
+def test_mask_polygons_are_libreyolos():
+    from libreyolo.utils.results import Masks as LibreMasks
+
+    masks = segmentation_result().masks.data.clone()
+    masks[0, 30:38, 2:40:2] = True  # a comb below the square: a second piece of many more points but less area
+    masks[0, 38, 2:40] = True
+    ours, oracle = Masks(masks), LibreMasks(masks.numpy(), (40, 60))
+    assert len(ours.xy) == len(oracle.xy) == 2 and ours.xy[0].min(0).tolist() == [10, 5]  # the square, not the comb
+    for mine, theirs in zip(ours.xy + ours.xyn, oracle.xy + oracle.xyn):
+        np.testing.assert_allclose(mine, theirs, rtol=1e-6, atol=1e-7)
+
+
 def test_save_txt_writes_yolo_segmentation_lines_that_read_back_as_the_masks(tmp_path: Path):
     result = segmentation_result()
     path = result.save_txt(tmp_path / "labels" / "scene.txt", save_conf=True)
@@ -507,3 +549,18 @@ def test_an_untrained_prototype_model_validates_and_predicts_through_the_contrac
     image = np.full((48, 80, 3), 90, dtype=np.uint8)
     (result,) = predict(fake_libre(model, "segment", spec.names, 64), image, conf=0.0, max_det=5)
     assert result.masks.data.shape == (len(result.boxes), 48, 80) and len(result.masks.xy) == len(result.boxes) <= 5
+
+
+def test_a_training_set_of_box_lines_only_is_refused_with_the_reason(tmp_path: Path):
+    from zoo_core.data.errors import DatasetError
+
+    for folder in ("images/train", "labels/train", "images/val", "labels/val"):
+        (tmp_path / folder).mkdir(parents=True)
+    for split in ("train", "val"):
+        Image.fromarray(np.full((32, 32, 3), 90, dtype=np.uint8)).save(tmp_path / "images" / split / "0001.png")
+        (tmp_path / "labels" / split / "0001.txt").write_text("0 0.5 0.5 0.2 0.2\n")
+    (tmp_path / "data.yaml").write_text(f"path: {tmp_path}\ntrain: images/train\nval: images/val\nnames: [car]\n")
+    task = get_task("segment")
+    spec = task.prepare(tmp_path / "data.yaml")
+    with pytest.warns(Warning), pytest.raises(DatasetError, match=r"has an object outline \(1 label lines were skipped.*polygon"):
+        task.dataset(spec, "train", 64, None)

@@ -321,7 +321,7 @@ def _resume_settings(settings: dict[str, Any]) -> dict[str, Any]:
     resume = settings["resume"]
     flag_true = resume is True or str(resume).strip().lower() in ("true", "yes", "on", "1")
     if "model" not in settings:
-        settings["model"] = str(newest_checkpoint(settings.get("project", "runs")) if flag_true else resume)
+        settings["model"] = str(newest_checkpoint(settings.get("project")) if flag_true else resume)
     settings["resume"] = True if flag_true else str(resume)
     return settings
 
@@ -397,6 +397,35 @@ def command_export(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_user_settings(arguments: argparse.Namespace) -> int:
+    """``zoo settings`` (show), ``zoo settings key=value ...`` (set) and ``zoo settings reset`` (zoo_core/settings.py)."""
+    from zoo_core.settings import ZooSettings, load_settings, reset_settings, settings_path, update_settings
+
+    words = list(arguments.words)
+    if words == ["reset"]:
+        print(f"settings reset to the defaults: {reset_settings()}")
+        words = []
+    elif words:
+        if "reset" in words:
+            raise TrainConfigError("zoo settings reset takes no other word; reset first, then set keys with key=value")
+        changes = parse_key_values(words)
+        for key, value in changes.items():  # loggers=csv,tensorboard: a list typed the way --device lists are
+            if key == "loggers" and isinstance(value, str):
+                changes[key] = [name.strip() for name in value.split(",") if name.strip()]
+        update_settings(changes)
+    current = load_settings()
+    if arguments.json:
+        print(json.dumps({"path": str(settings_path()), **current.model_dump()}, indent=2))
+        return 0
+    print(f"settings file: {settings_path()}{'' if settings_path().is_file() else ' (absent: every setting is its default)'}")
+    defaults = ZooSettings()
+    for key, field in ZooSettings.model_fields.items():
+        value = getattr(current, key)
+        mark = "" if value == getattr(defaults, key) else "  (set)"
+        print(f"  {key:<13} {json.dumps(value)}{mark}  # {field.description}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``zoo`` (the engine adds train/val/predict)."""
     # allow_abbrev=False on every parser: argparse would otherwise take `--epoch 3` as `--epochs 3`
@@ -467,6 +496,13 @@ def build_parser() -> argparse.ArgumentParser:
     exporting.add_argument("--format", choices=EXPORT_FORMATS, help="libreyolo: a LibreYOLO 1.6 checkpoint; onnx, torchscript: the inference graph")
     exporting.add_argument("--output", help="the file to write (default: beside the weights, or in the current folder)")
     exporting.set_defaults(handler=command_export)
+
+    user_settings = commands.add_parser("settings", allow_abbrev=False,
+                                        help="show or change the settings file (runs, weights and datasets folders, default loggers)")
+    user_settings.add_argument("words", nargs="*", metavar="KEY=VALUE|reset",
+                               help="nothing: show; key=value: set (runs_dir=/data/runs loggers=csv,tensorboard); reset: the defaults")
+    user_settings.add_argument("--json", action="store_true", help="machine-readable output")
+    user_settings.set_defaults(handler=command_user_settings)
     return parser
 
 

@@ -15,8 +15,11 @@ does), and returns a flat tuple of tensors whose order and names the task states
 - classify: ``logits`` (N×C); semantic: ``logits`` (N×C×H×W); points: ``logits`` (the heatmap);
 - restore: ``image`` (N×3×H×W).
 
-Only the batch dimension is dynamic: height and width are those of the export (the model's
-input size), since several families compute anchors, pads or positional embeddings from them.
+By default only the batch dimension is dynamic: height and width are those of the export (the
+model's input size, or ``imgsz``), since several families compute anchors, pads or positional
+embeddings from them. ``dynamic=True`` makes them dynamic too and proves it: the graph runs at a
+second size against PyTorch, and one that holds its traced size fixed is refused. ``half``,
+``simplify`` (onnxslim) and ``opset`` are Ultralytics' options of the same names.
 
 ``model_summary(model, input_size)`` counts layers, parameters and GFLOPs (``LibreYOLO.info``).
 torch is imported on first use.
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import io
 import json
 import re
 import warnings
@@ -35,6 +39,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 from zoo_core.errors import ExportError
 
 if TYPE_CHECKING:
+    import numpy as np
     import torch
 
 __all__ = ["GRAPH_FORMATS", "ONNX_OPSET", "export_graph", "inference_form", "model_summary"]
@@ -148,6 +153,11 @@ def export_graph(
     input_size: int | Sequence[int],
     metadata: Mapping[str, Any] | None = None,
     batch: int = 1,
+    opset: int = ONNX_OPSET,
+    half: bool = False,
+    dynamic: bool = False,
+    simplify: bool = False,
+    size_multiple: int = 32,
 ) -> Path:
     """Write ``model``'s inference form as ``format`` (``"onnx"`` or ``"torchscript"``) to ``path``.
 
@@ -160,6 +170,14 @@ def export_graph(
         metadata: JSON-able facts stored with the graph (ONNX: metadata properties, when the
             ``onnx`` package is installed; TorchScript: the extra file ``zoo.json``).
         batch: the batch of the example input; the exported batch dimension is dynamic.
+        opset: the ONNX opset (default ``ONNX_OPSET``).
+        half: a float16 graph (float16 weights and ``images``), as Ultralytics' ``half=True``; onnxruntime and
+            torch run it on the CPU too, where it is slower than float32 (it is meant for GPUs).
+        dynamic: height and width dynamic too (Ultralytics' ``dynamic=True``). Many families compute anchors,
+            pads or positional embeddings from the traced size, which a graph then holds fixed; so the graph is
+            run at a second size (``input_size`` plus ``size_multiple``) against PyTorch, and a graph that
+            disagrees is an ``ExportError`` instead of a file that is wrong at any other size.
+        simplify: an ONNX graph simplified by onnxslim (constant folding, redundant nodes removed).
 
     Raises ``ExportError`` naming the model and, for an operator without an ONNX mapping, the
     operator.
@@ -168,50 +186,138 @@ def export_graph(
 
     if format not in GRAPH_FORMATS:
         raise ExportError(f"unknown graph format {format!r}; the formats are {', '.join(GRAPH_FORMATS)}")
+    if simplify and format != "onnx":
+        raise ExportError(f"simplify=True simplifies ONNX graphs (onnxslim); {format} has nothing to simplify: leave it out")
+    if not isinstance(opset, int) or not 11 <= opset <= 23:
+        raise ExportError(f"opset={opset!r}: give an ONNX opset from 11 to 23 (default {ONNX_OPSET})")
+    if not isinstance(batch, int) or batch < 1:
+        raise ExportError(f"batch={batch!r}: the example batch must be a positive integer (the exported batch stays dynamic)")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     height, width = (input_size, input_size) if isinstance(input_size, int) else tuple(input_size)
-    example = torch.rand(batch, 3, int(height), int(width), generator=torch.Generator().manual_seed(0))
-    form = inference_form(model)
+    dtype = torch.float16 if half else torch.float32
+    example = torch.rand(batch, 3, int(height), int(width), generator=torch.Generator().manual_seed(0)).to(dtype)
+    form = inference_form(model).to(dtype)
     graph = _graph_module(form, outputs, task, name)
     with torch.no_grad():
         graph(example)  # a model whose outputs are not the task's fails here, before any file is written
     names = tuple(outputs)
     facts = {"name": name, "task": task, "input_size": [int(height), int(width)], "inputs": [INPUT_NAME],
-             "outputs": list(names), **dict(metadata or {})}
+             "outputs": list(names), "half": half, "dynamic": dynamic, **dict(metadata or {})}
     temporary = path.with_name(f".{path.name}.partial")
     try:
         with _quiet_tracing(), torch.no_grad():
             if format == "onnx":
-                _write_onnx(graph, example, temporary, names, facts, name)
+                _write_onnx(graph, example, temporary, names, facts, name, opset=opset, dynamic_size=dynamic, simplify=simplify)
             else:
                 _write_torchscript(graph, example, temporary, facts, name)
+        if dynamic:
+            other = (int(height) + size_multiple, int(width) + size_multiple)
+            _check_at_another_size(graph, temporary, format, other, dtype, name)
         temporary.replace(path)
     finally:
         temporary.unlink(missing_ok=True)
     return path
 
 
+def _run_graph(path: Path, format: str, images: "torch.Tensor") -> list[np.ndarray]:
+    """The outputs of the exported graph at ``path`` on ``images``, through its runtime."""
+    import numpy as np
+    import torch
+
+    if format == "torchscript":
+        with torch.no_grad():
+            found = torch.jit.load(str(path))(images)
+        return [output.float().numpy() for output in (found if isinstance(found, (tuple, list)) else (found,))]
+    try:
+        import onnxruntime
+    except ImportError:
+        raise ExportError("dynamic=True runs the graph at a second size with onnxruntime to check it; "
+                          "pip install onnxruntime, or export without dynamic") from None
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 4  # a graph that fails at the other size becomes our error, not a runtime log line
+    session = onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    return [np.asarray(output, dtype=np.float32) for output in session.run(None, {INPUT_NAME: images.numpy()})]
+
+
+def _check_at_another_size(graph: "torch.nn.Module", path: Path, format: str, size: tuple[int, int], dtype: "torch.dtype",
+                           name: str) -> None:
+    """``ExportError`` unless the graph at ``path`` computes what PyTorch computes at ``size`` (not the traced one)."""
+    import numpy as np
+    import torch
+
+    images = torch.rand(1, 3, *size, generator=torch.Generator().manual_seed(1)).to(dtype)
+    with torch.no_grad():
+        expected = [output.float().numpy() for output in graph(images)]
+    try:
+        found = _run_graph(path, format, images)
+    except ExportError:
+        raise
+    except Exception as error:  # noqa: BLE001 - a runtime that refuses the other size: the graph fixed it
+        raise ExportError(f"{name} cannot be exported with dynamic=True: its graph does not run at {size[0]}x{size[1]} "
+                          f"({_reason(error)}); export without dynamic, at the imgsz you will run") from None
+    tolerance = 1e-2 if dtype == torch.float16 else 1e-3
+    for output_name, want, got in zip(graph_output_names(path, format), expected, found):
+        scale = max(float(np.abs(want).max()), 1.0)
+        if want.shape != got.shape or float(np.abs(want - got).max()) > tolerance * scale:
+            raise ExportError(
+                f"{name} cannot be exported with dynamic=True: at {size[0]}x{size[1]} its graph's {output_name} differs from "
+                "PyTorch's (the family computes anchors, pads or positions from the traced size, which the graph holds "
+                "fixed); export without dynamic, at the imgsz you will run"
+            )
+
+
+def graph_output_names(path: Path, format: str) -> list[str]:
+    """The output names an exported graph's metadata records (ONNX: its outputs; TorchScript: ``zoo.json``)."""
+    import torch
+
+    if format == "torchscript":
+        files = {"zoo.json": ""}
+        torch.jit.load(str(path), _extra_files=files)
+        return list(json.loads(files["zoo.json"] or "{}").get("outputs", []))
+    import onnxruntime
+
+    return [output.name for output in onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).get_outputs()]
+
+
 def _write_onnx(graph: "torch.nn.Module", example: "torch.Tensor", path: Path, names: Sequence[str],
-                facts: Mapping[str, Any], name: str) -> None:
+                facts: Mapping[str, Any], name: str, *, opset: int = ONNX_OPSET, dynamic_size: bool = False,
+                simplify: bool = False) -> None:
     import torch
 
     # The TorchScript-based exporter (dynamo=False): torch 2.14 still ships it, it needs no package
     # beyond torch, and it exports every family. The torch.export-based default (dynamo=True)
     # needs the separate `onnxscript` package, which zoo does not depend on.
-    dynamic = {INPUT_NAME: {0: "batch"}, **{output: {0: "batch"} for output in names}}
+    input_axes = {0: "batch", 2: "height", 3: "width"} if dynamic_size else {0: "batch"}
+    dynamic = {INPUT_NAME: input_axes, **{output: {0: "batch"} for output in names}}
     try:
         torch.onnx.export(
             graph, (example,), str(path), dynamo=False, input_names=[INPUT_NAME], output_names=list(names),
-            dynamic_axes=dynamic, opset_version=ONNX_OPSET, do_constant_folding=True,
+            dynamic_axes=dynamic, opset_version=opset, do_constant_folding=True,
         )
     except ExportError:
         raise
     except Exception as error:  # noqa: BLE001 - every exporter failure becomes one clear error
         operator = _unsupported_operator(error)
-        where = f"the operator {operator} has no ONNX export here (opset {ONNX_OPSET}): " if operator else ""
+        where = f"the operator {operator} has no ONNX export here (opset {opset}): " if operator else ""
         raise ExportError(f"{name} cannot be exported to ONNX: {where}{_reason(error)}") from error
+    if simplify:
+        _simplify_onnx(path, name)
     _add_onnx_metadata(path, facts)
+
+
+def _simplify_onnx(path: Path, name: str) -> None:
+    """The ONNX graph at ``path`` simplified in place by onnxslim (what Ultralytics' ``simplify=True`` runs)."""
+    try:
+        import onnxslim
+    except ImportError:
+        raise ExportError("simplify=True needs the onnxslim package: pip install 'zoo-core[export]' (or onnxslim), "
+                          "or export without simplify") from None
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # onnxslim prints a table of the graph before and after
+            onnxslim.slim(str(path), str(path))
+    except Exception as error:  # noqa: BLE001
+        raise ExportError(f"{name}: onnxslim could not simplify the graph ({_reason(error)}); export without simplify") from error
 
 
 def _add_onnx_metadata(path: Path, facts: Mapping[str, Any]) -> None:

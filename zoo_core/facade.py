@@ -30,7 +30,7 @@ from zoo_core.errors import (
 from zoo_core.naming import WEIGHT_SUFFIXES, canonical_name, resolve_model_name
 from zoo_core.plugin_manager import get_plugin_manager
 from zoo_core.published_weights import HubReference, fetch, not_published, parse_hub_reference, source_of_reference
-from zoo_core.registry import FamilyDeclaration, image_size_hw, load_registry
+from zoo_core.registry import FamilyDeclaration, ImageSize, image_size_hw, load_registry, normalise_image_size
 from zoo_core.weights import ModelMeta, save_safetensors
 
 if TYPE_CHECKING:
@@ -296,19 +296,23 @@ class LibreYOLO:
         return atomic_torch_save(checkpoint, path)
 
     def export(self, format: str = "libreyolo", path: str | os.PathLike[str] | None = None, *, batch: int = 1,
-               **unknown: Any) -> Path:
+               imgsz: ImageSize | None = None, half: bool = False, dynamic: bool = False, simplify: bool = False,
+               opset: int | None = None, **unknown: Any) -> Path:
         """Write the model in ``format`` and return the file.
 
         ``"libreyolo"`` is a LibreYOLO 1.6 checkpoint; ``"onnx"`` and ``"torchscript"`` are the
-        eval-mode graph at the model's input size with a dynamic batch (``zoo_core.export``).
-        The default path sits beside the weights the model was loaded from (``best.onnx``), or in
-        the current folder for a fresh model (``yolo9-t.onnx``, ``yolo9-t.libreyolo.pt``). Another keyword
-        is an ``ArgumentError`` naming the closest of these.
+        eval-mode graph with a dynamic batch (``zoo_core.export``), traced at ``imgsz`` (default: the
+        model's input size; rounded up to the task's size multiple). Ultralytics' options: ``half`` (a
+        float16 graph), ``dynamic`` (height and width dynamic too, checked at a second size), ``simplify``
+        (onnxslim), ``opset``, ``batch`` (the traced example's batch). The default path sits beside the
+        weights the model was loaded from (``best.onnx``), or in the current folder for a fresh model
+        (``yolo9-t.onnx``, ``yolo9-t.libreyolo.pt``). Another keyword is an ``ArgumentError`` naming the
+        closest of these.
         """
-        from zoo_core.export import GRAPH_FORMATS, export_graph
+        from zoo_core.export import GRAPH_FORMATS, ONNX_OPSET, export_graph
         from zoo_core.tasks.runner import check_arguments
 
-        check_arguments("export", unknown, ("format", "path", "batch"))
+        check_arguments("export", unknown, ("format", "path", "batch", "imgsz", "half", "dynamic", "simplify", "opset"))
 
         suffixes = {"libreyolo": ".libreyolo.pt", **GRAPH_FORMATS}
         if format not in suffixes:
@@ -317,10 +321,29 @@ class LibreYOLO:
             stem = self.weights_path.with_suffix("") if self.weights_path is not None else Path(self.name)
             path = stem.with_name(f"{stem.name}{suffixes[format]}")
         if format == "libreyolo":
+            graph_only = {key: value for key, value in (("imgsz", imgsz), ("half", half), ("dynamic", dynamic),
+                                                         ("simplify", simplify), ("opset", opset)) if value}
+            if graph_only:
+                raise ArgumentError(f"export(format='libreyolo') writes the weights, not a graph: {', '.join(graph_only)} "
+                                    "apply to format='onnx' or 'torchscript'")
             return self.save(path, format="libreyolo")
+        task = self._recipe().task
+        input_size = self.input_size if imgsz is None else self._export_size(imgsz, task.size_multiple)
         facts = {"family": self.family, "size": self.size, "names": self.names, "zoo_version": __version__}
-        return export_graph(self.model, format, path, name=self.name, task=self.task,
-                            outputs=self._recipe().task.export_outputs, input_size=self.input_size, metadata=facts, batch=batch)
+        return export_graph(self.model, format, path, name=self.name, task=self.task, outputs=task.export_outputs,
+                            input_size=input_size, metadata=facts, batch=batch, opset=ONNX_OPSET if opset is None else opset,
+                            half=half, dynamic=dynamic, simplify=simplify, size_multiple=task.size_multiple)
+
+    def _export_size(self, imgsz: Any, multiple: int) -> tuple[int, int]:
+        """``imgsz`` of an export as ``(height, width)``, each rounded up to ``multiple`` (said when it changes)."""
+        try:
+            height, width = image_size_hw(normalise_image_size(imgsz, "export imgsz", minimum=16))
+        except ValueError as error:
+            raise ArgumentError(f"{error}: give a size in pixels (640) or (height, width)") from None
+        rounded = (-(-height // multiple) * multiple, -(-width // multiple) * multiple)
+        if rounded != (height, width):
+            log.info("export imgsz=%s rounded up to %sx%s, a multiple of %d as %s models need", imgsz, *rounded, multiple, self.task)
+        return rounded
 
     def info(self, verbose: bool = True) -> dict[str, Any]:
         """Family, size, task, classes, input size, layers, parameters, GFLOPs and DDP defaults.

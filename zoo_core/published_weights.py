@@ -92,8 +92,11 @@ def offline_mode() -> bool:
 
 
 def weights_dir() -> Path:
-    """``ZOO_HOME/weights``: files that are not on the Hub, and files put there by hand (used first)."""
-    return zoo_home() / "weights"
+    """The ``weights_dir`` setting (default ``ZOO_HOME/weights``, zoo_core/settings.py): files that are not on the
+    Hub, and files put there by hand (used first)."""
+    from zoo_core.settings import weights_dir as configured_weights_dir
+
+    return configured_weights_dir()
 
 
 def hub_cache_dir() -> Path:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import IO
 
 from zoo_core.errors import RunDirectoryError, RunDirectoryInUseError
+from zoo_core.settings import runs_dir
 
 __all__ = ["LOCK_NAME", "RunDirectoryClaim", "claim_run_dir", "next_run_dir"]
 
@@ -36,14 +37,15 @@ def _unwritable(path: Path, error: OSError) -> RunDirectoryError:
     )
 
 
-def next_run_dir(task: str, name: str = "train", project: str | Path = "runs", *, exist_ok: bool = False) -> Path:
-    """Create and return the first free ``project/task/name{,2,3...}`` (``exist_ok``: reuse ``name``).
+def next_run_dir(task: str, name: str = "train", project: str | Path | None = None, *, exist_ok: bool = False) -> Path:
+    """Create and return the first free ``project/task/name{,2,3...}`` (``exist_ok``: reuse ``name``; ``project``
+    None: the ``runs_dir`` setting, zoo_core/settings.py).
 
     Creation is ``mkdir(exist_ok=False)``, so two processes racing for one name get two names; with
     ``exist_ok`` both get the same folder, and ``claim_run_dir`` lets only one of them train there.
     ``RunDirectoryError`` names a folder that cannot be created.
     """
-    parent = Path(project) / task
+    parent = (Path(project) if project is not None else runs_dir()) / task
     try:
         parent.mkdir(parents=True, exist_ok=True)
         if exist_ok:

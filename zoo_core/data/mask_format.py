@@ -142,11 +142,9 @@ def read_semantic_yaml(yaml_path: Path) -> SemanticYaml:
 
 def _first_image(split: SemanticSplit) -> Path | None:
     for entry in split.images:
-        if entry.is_dir():
-            found = images_in_directory(entry)
-        elif entry.is_file():
-            found = images_from_entry(entry, ProblemReport(str(entry), limit=0))
-        else:
+        try:  # quietly: the split is indexed, and its problems reported, when its dataset is built
+            found = images_in_directory(entry) if entry.is_dir() else images_from_entry(entry, ProblemReport(str(entry), limit=0))
+        except DatasetError:
             found = []
         if found:
             return found[0]

@@ -7,7 +7,7 @@ keeps at least 60% of its pixels visible). Boxes are the exact extent of each ob
 pixels; the semantic mask is the exact class of every pixel; an object's instance mask is exactly its
 visible pixels.
 
-The dataset is written once into the cache, ``$ZOO_HOME/datasets/<name>/``, in the standard
+The dataset is written once into the cache, ``$ZOO_HOME/datasets/<name>/`` (the ``datasets_dir`` setting), in the standard
 on-disk formats, so the ordinary loaders read it::
 
     images/{train,val}/000000.png          RGB scenes
@@ -45,7 +45,8 @@ from typing import Any
 import numpy as np
 
 from zoo_core.data.errors import DatasetError
-from zoo_core.paths import sweep_stale_folders, zoo_home
+from zoo_core.paths import sweep_stale_folders
+from zoo_core.settings import datasets_dir
 
 __all__ = [
     "SHAPES_CLASSES",
@@ -387,7 +388,7 @@ def materialize_shapes(config: ShapesConfig | str | None = None, cache: Path | N
         if parsed is None:
             raise DatasetError(f"{config!r} does not name the shapes dataset; use 'shapes' or 'shapes:train=...,val=...'")
         config = parsed
-    parent = (cache or zoo_home()) / "datasets"
+    parent = cache / "datasets" if cache is not None else datasets_dir()
     target = parent / config.directory_name
     if target.is_dir():
         return target

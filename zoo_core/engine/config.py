@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from zoo_core.engine.schedule import ScheduleName
 from zoo_core.errors import TrainConfigError, excerpt
 from zoo_core.registry import ImageSize, normalise_image_size
+from zoo_core.settings import default_loggers, runs_dir
 
 __all__ = ["TrainConfig", "RESUME_OVERRIDABLE"]
 
@@ -39,7 +40,7 @@ class TrainConfig(BaseModel):
     imgsz: ImageSize | None = Field(None, description="training size: an int (square) or (height, width); default: the model's input size")
     device: str | int | list[int | str] | None = Field(None, description="'0,1', [0, 1], 0, 'cuda:0', 'cpu', 'cpu,cpu', 'mps', 'auto'")
     workers: int = Field(2, ge=0, description="DataLoader worker processes per rank")
-    project: str = "runs"
+    project: str = Field(default_factory=lambda: str(runs_dir()), description="the runs folder (default: the runs_dir setting, 'runs')")
     name: str = "train"
     exist_ok: bool = False
     seed: int = 0
@@ -77,7 +78,8 @@ class TrainConfig(BaseModel):
     save_period: int = Field(-1, description="also save weights/epoch{N}.pt every N epochs (-1: never)")
     val: bool = True
     callbacks: list[Any] = Field(default_factory=list)
-    loggers: list[Literal["csv", "tensorboard"]] = Field(default_factory=lambda: ["csv"])
+    loggers: list[Literal["csv", "tensorboard"]] = Field(default_factory=lambda: default_loggers(),
+                                                           description="default: the loggers setting, ['csv']")
     plots: bool = True
     verbose: bool = True
 

@@ -29,6 +29,7 @@ from zoo_core.engine.rank import prepare_run, run_rank
 from zoo_core.engine.resume import config_for_resume, find_elastic_checkpoint, find_resume_checkpoint, spec_for_resume
 from zoo_core.engine.spec import FitOutcome, ModelSpec
 from zoo_core.errors import SpawnGuardError, SpawnNotSupportedError
+from zoo_core.settings import runs_dir
 
 if TYPE_CHECKING:
     from zoo_core.devices import DevicePlan
@@ -53,10 +54,10 @@ def fit(spec: ModelSpec, arguments: Mapping[str, Any], *, manager: "ZooPluginMan
     recipe = manager.training_recipe(spec.family, spec.size)
     if torchrun_environment() and int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0 and not arguments.get("resume"):
         # torchrun restarted the workers (--max-restarts): continue this invocation's run where it stopped.
-        restart_from = find_elastic_checkpoint(spec, arguments.get("project", "runs"))
+        restart_from = find_elastic_checkpoint(spec, arguments.get("project") or runs_dir())
         if restart_from is not None:
             arguments = {**arguments, "resume": str(restart_from)}
-    resume_from = find_resume_checkpoint(spec, arguments.get("resume", False), arguments.get("project", "runs"))
+    resume_from = find_resume_checkpoint(spec, arguments.get("resume", False), arguments.get("project") or runs_dir())
     if resume_from is not None:
         config = config_for_resume(resume_from, dict(arguments))
         spec = spec_for_resume(resume_from, spec)

@@ -15,6 +15,7 @@ from typing import Any
 from zoo_core.engine.config import RESUME_OVERRIDABLE, TrainConfig
 from zoo_core.engine.spec import ModelSpec
 from zoo_core.errors import ResumeError, ZooError
+from zoo_core.settings import runs_dir
 from zoo_core.weights import LEAN_KEY, ModelMeta, read_checkpoint
 
 __all__ = [
@@ -30,12 +31,13 @@ __all__ = [
 _TRUE = ("true", "True")
 
 
-def find_resume_checkpoint(spec: ModelSpec, resume: Any, project: str | Path = "runs") -> Path | None:
+def find_resume_checkpoint(spec: ModelSpec, resume: Any, project: str | Path | None = None) -> Path | None:
     """The checkpoint ``resume=`` points at: a path, or (True) the model's own ``last.pt`` or the newest fitting run's.
 
     With ``resume=True`` only a run of the same family and size fits; a newer run of another
     model is named in the error rather than resumed.
     """
+    project = Path(project) if project is not None else runs_dir()
     if resume in (False, None, "", "false", "False"):
         return None
     if isinstance(resume, (str, Path)) and str(resume) not in _TRUE:
@@ -69,8 +71,9 @@ def find_resume_checkpoint(spec: ModelSpec, resume: Any, project: str | Path = "
     )
 
 
-def newest_checkpoint(project: str | Path = "runs") -> Path:
+def newest_checkpoint(project: str | Path | None = None) -> Path:
     """The newest ``weights/last.pt`` of any run under ``project`` (``zoo train resume=true`` without a model)."""
+    project = Path(project) if project is not None else runs_dir()
     candidates = sorted(Path(project).glob("*/*/weights/last.pt"), key=lambda path: path.stat().st_mtime, reverse=True)
     if not candidates:
         raise ResumeError(
@@ -149,12 +152,13 @@ def elastic_run_identity() -> str | None:
     return f"agent:{socket.gethostname()}:{os.getppid()}"
 
 
-def find_elastic_checkpoint(spec: ModelSpec, project: str | Path = "runs") -> Path | None:
+def find_elastic_checkpoint(spec: ModelSpec, project: str | Path | None = None) -> Path | None:
     """After an elastic restart: the ``last.pt`` this torchrun invocation wrote before it restarted, if any.
 
     Only checkpoints stamped with this invocation's ``elastic_run_identity`` count, so a restart
     never resumes an older, unrelated run of the same model.
     """
+    project = Path(project) if project is not None else runs_dir()
     identity = elastic_run_identity()
     if identity is None:
         return None

@@ -4,7 +4,8 @@ Data: a dataset YAML in the Ultralytics convention (``zoo_core.data.yolo_format`
 whose ``train``/``val`` name COCO instance JSON files (``names`` optional: the categories' otherwise), a
 COCO annotations JSON or a folder in COCO's layout (``zoo_core.data.coco_format``), or ``"shapes"``.
 COCO's ``iscrowd`` boxes are left out of detection training and validation (COCO's evaluation would
-ignore detections on them instead; leaving them out counts such detections as false positives). Samples are fitted to ``image_size×image_size`` by the family's input pipeline
+ignore detections on them instead; leaving them out counts such detections as false positives).
+Samples are fitted to ``image_size×image_size`` by the family's input pipeline
 (``zoo_core/data/input_pipeline.py``: a letterbox or a stretch, as its published weights expect);
 training adds mosaic, random affine, horizontal flip and HSV jitter as ``AugmentSettings`` says.
 
@@ -299,6 +300,12 @@ class DetectTask(Task):
             if not records:
                 raise DatasetError(f"{report.what}: no usable image in {', '.join(map(str, coco_entries))}; see the warnings above")
         if split == "train" and not any(len(record.labels) for record in records):
+            if coco_entries and not yolo_entries:
+                raise DatasetError(
+                    f"{', '.join(map(str, coco_entries))}: none of the {len(records)} training images has a box (crowd "
+                    f"regions are left out); {report.count} problems were skipped (see the warnings above). A COCO file "
+                    "needs 'annotations' with image_id, category_id and bbox [x, y, width, height] in pixels"
+                )
             if report.skipped_lines:
                 # The labels were found and read; every line of them was refused. Say so, and why.
                 reasons = "; ".join(report.first_skipped_lines)

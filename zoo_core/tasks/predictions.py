@@ -85,8 +85,8 @@ class Masks:
     original image size, row i the mask of box i), ``xy`` (one ``k×2`` float32 polygon per mask, in pixels) and
     ``xyn`` (the polygons divided by the image's width and height).
 
-    A mask's polygon is its largest outer contour (OpenCV ``findContours``; the one with the most points, as
-    Ultralytics' ``masks2segments`` picks with its ``largest`` strategy); an empty mask has a ``0×2`` polygon.
+    A mask's polygon is its largest outer contour (OpenCV ``findContours``, the one of the largest
+    ``contourArea``, as LibreYOLO 1.6's ``Masks.xy`` picks it); an empty mask has a ``0×2`` polygon.
     """
 
     def __init__(self, data: torch.Tensor) -> None:
@@ -112,10 +112,12 @@ class Masks:
     def xy(self) -> list[np.ndarray]:
         """One ``k×2`` float32 ``x, y`` polygon per mask, in original-image pixels."""
         if self._xy is None:
+            import cv2
+
             polygons = []
             for mask in self.data:
                 outlines = mask_outlines(mask)
-                largest = max(outlines, key=len) if outlines else np.zeros((0, 2))
+                largest = max(outlines, key=cv2.contourArea) if outlines else np.zeros((0, 2))
                 polygons.append(largest.astype(np.float32))
             self._xy = polygons
         return self._xy

@@ -135,7 +135,7 @@ def validate(
     iou: float | None = None,
     size_multiple: int = 1,
     plots: bool = True,
-    project: str | os.PathLike[str] = "runs",
+    project: str | os.PathLike[str] | None = None,
     name: str = "val",
 ) -> Validation:
     """The task's metrics of ``libre``'s model on split ``split`` of ``data``.
@@ -210,7 +210,7 @@ def predict(
     iou: float = 0.7,
     imgsz: int | None = None,
     device: Any = None,
-    project: str | os.PathLike[str] = "runs",
+    project: str | os.PathLike[str] | None = None,
     name: str = "predict",
     max_det: int = 300,
     size_multiple: int = 1,

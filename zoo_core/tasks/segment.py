@@ -100,13 +100,13 @@ class InstanceSegmentationDataset(DetectionDataset):
 
     records: list["InstanceRecord"]
 
-    def load_instances(self, index: int, *, with_crowd: bool = False) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    def load_instances(self, index: int) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
         """Image ``index`` (uint8 3×H×W), its boxes in pixels, classes (int64) and masks (n×H×W uint8), crowd
-        regions left out unless ``with_crowd``."""
+        regions left out (``instance_truths`` keeps them for the metric)."""
         record = self.records[index]
         image = read_image(record.image)
         height, width = int(image.shape[-2]), int(image.shape[-1])
-        keep = np.ones(len(record.labels), dtype=bool) if with_crowd else ~np.asarray(record.crowd, dtype=bool)
+        keep = ~np.asarray(record.crowd, dtype=bool)
         labels = torch.from_numpy(np.asarray(record.labels, dtype=np.float32)[keep]).reshape(-1, 5)
         scale = torch.tensor([width, height, width, height], dtype=torch.float32)
         boxes = make_boxes(labels[:, 1:] * scale, (height, width))
@@ -233,7 +233,8 @@ class SegmentTask(DetectTask):
     export_outputs = ("boxes", "scores", "mask_coefficients", "mask_features")
     result_type = "zoo_core.tasks.predictions:InstanceSegmentationResult"
     shapes_yaml = "segment.yaml"
-    validation_modules = ("zoo_core.tasks.metrics", "pycocotools.mask")
+    # Samples rasterise polygons with pycocotools, so a training worker needs it before its first step.
+    worker_modules = ("pycocotools.mask",)
 
     def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> InstanceSegmentationDataset:
         from zoo_core.data.instance_readers import index_instance_split

@@ -2,8 +2,8 @@
 
 Data: a YAML naming image and mask folders (``zoo_core.data.mask_format``), a YOLO segmentation
 dataset YAML (its polygons rasterised into class masks, ``background`` added as class 0: the rule is in
-``zoo_core.data.mask_format``), or ``"shapes"`` (class 0 is ``background``). The input size is an int (a square) or ``(height, width)``
-(PP-LiteSeg trains on 512×1024 Cityscapes crops). Samples are fitted to ``H×W`` by the family's
+``zoo_core.data.mask_format``), or ``"shapes"`` (class 0 is ``background``). The input size is an
+int (a square) or ``(height, width)`` (PP-LiteSeg trains on 512×1024 Cityscapes crops). Samples are fitted to ``H×W`` by the family's
 input pipeline (``zoo_core/data/input_pipeline.py``): letterboxed (aspect kept, images padded grey,
 masks padded with ``ignore_index`` so padding counts in neither loss nor metric) or stretched, as
 its published weights expect. Training adds random affine, horizontal flip and HSV jitter (masks
@@ -88,8 +88,8 @@ def draw_mask_batch(images: torch.Tensor, masks: torch.Tensor, ignore_index: int
 class SemanticDataset(Dataset):
     """(image, mask) pairs fitted to the input by ``pipeline``; random affine/flip/HSV when ``augment`` is on."""
 
-    def __init__(self, records: list[SemanticRecord] | list[PolygonMaskRecord], image_size: ImageSize, ignore_index: int, augment: AugmentSettings | None,
-                 pipeline: InputPipeline | None = None) -> None:
+    def __init__(self, records: list[SemanticRecord] | list[PolygonMaskRecord], image_size: ImageSize, ignore_index: int,
+                 augment: AugmentSettings | None, pipeline: InputPipeline | None = None) -> None:
         self.records = records
         self.image_size = normalise_image_size(image_size, "image_size", minimum=16)
         self.ignore_index = ignore_index
