@@ -8,7 +8,7 @@ The suite does this for the smallest size of each family (tests/test_libreyolo_o
 With ``--predictions``: the whole ``predict()`` pipeline instead of the network alone
 (tests/prediction_oracle.py): LibreYOLO's perturbed checkpoint, two photo-like PNGs, LibreYOLO's and zoo's
 ``predict`` with the same arguments, and per size the task's figure (matched share of LibreYOLO's top-30
-boxes or points, share of equal mask pixels, top-5 equal, restored levels within 1), the worst score /
+boxes or points (and of equal pixels of the matched instances' masks), share of equal mask pixels, top-5 equal, restored levels within 1), the worst score /
 probability / level difference and whether it passes (tests/test_libreyolo_predictions.py: smallest sizes).
 
     python benchmarks/libreyolo_oracle.py                 # every family, every size
@@ -68,6 +68,9 @@ def predictions(families: list[str], verbose: bool = False) -> int:
         if row.task in ("detect", "points"):
             counted = sum(image.considered for image in row.images)
             figure = f"{sum(image.matched for image in row.images)}/{counted} matched {row.fraction:6.1%}"
+        elif row.task == "segment":
+            counted = sum(image.considered for image in row.images)
+            figure = f"{sum(image.matched for image in row.images)}/{counted} {row.fraction:5.1%} px {row.mask_fraction:6.3%}"
         elif row.task == "classify":
             figure = f"top-5 {'equal' if row.same_top5 else 'DIFFERENT'}"
         elif row.task == "semantic":

@@ -103,16 +103,16 @@ def build_family(family: str, size: str, num_classes: int, **options: Any) -> to
 
 
 def write_libreyolo_checkpoint(path: Path, family: str, size: str, state_dict: Mapping[str, torch.Tensor],
-                               num_classes: int = 3) -> Path:
+                               num_classes: int = 3, task: str = "detect") -> Path:
     """A LibreYOLO 1.6 checkpoint file of ``size`` of ``family`` holding ``state_dict`` (LibreYOLO's keys), as
-    LibreYOLO writes it: its metadata, classes named ``a``, ``b``, ... and input size 640."""
+    LibreYOLO writes it: its metadata (``task`` in LibreYOLO's words), classes named ``a``, ``b``, ... and input size 640."""
     checkpoint = {
         "model": state_dict,
         "schema_version": "1.0",
         "libreyolo_version": "1.6.0",
         "model_family": family,
         "size": size,
-        "task": "detect",
+        "task": task,
         "nc": num_classes,
         "names": {index: chr(ord("a") + index) for index in range(num_classes)},
         "imgsz": 640,

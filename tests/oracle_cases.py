@@ -194,6 +194,29 @@ def _rtmdet_libreyolo(model: nn.Module, images: torch.Tensor) -> dict[str, torch
     return {"boxes": _distance2bbox(points, distances), "scores": scores}
 
 
+def _rtmdet_ins_zoo(model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    outputs = model(images)
+    return {name: outputs[name] for name in ("boxes", "scores", "mask_coefficients", "mask_features")}
+
+
+def _rtmdet_ins_libreyolo(model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    """LibreYOLO's RTMDet-Ins head outputs in the segment task's export form: decoded boxes, scores, each anchor's
+    dynamic-kernel parameters, the stride-8 mask features."""
+    class_maps, distance_maps, kernel_maps, mask_features = model(images)
+    decoded = _rtmdet_libreyolo_decoded(class_maps, distance_maps)
+    kernels = torch.cat([level.flatten(2) for level in kernel_maps], 2).transpose(1, 2)
+    return {**decoded, "mask_coefficients": kernels, "mask_features": mask_features}
+
+
+def _rtmdet_libreyolo_decoded(class_maps, distance_maps) -> dict[str, torch.Tensor]:
+    from libreyolo.postprocess.rtmdet import _distance2bbox, _make_grid_priors
+
+    points = _make_grid_priors(list(class_maps), [8, 16, 32])
+    scores = torch.cat([level.flatten(2) for level in class_maps], 2).transpose(1, 2).sigmoid()
+    distances = torch.cat([level.flatten(2) for level in distance_maps], 2).transpose(1, 2)
+    return {"boxes": _distance2bbox(points, distances), "scores": scores}
+
+
 def _rtmdet_train_step(model: nn.Module, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     from libreyolo.models.rtmdet.loss import RTMDetLoss
 
@@ -353,6 +376,10 @@ ORACLE_CASES: dict[str, OracleCase] = {
                             libreyolo_train_step=_yolo9_e2e_train_step),
     "rtmdet": OracleCase("LibreRTMDet", 3, 128, _detection_zoo, _rtmdet_libreyolo, libreyolo_input=_rtmdet_libreyolo_input,
                          relative=1e-6, libreyolo_train_step=_rtmdet_train_step),
+    # RTMDet-Ins: LibreYOLO's LibreRTMDet with task "segment" (files LibreRTMDet{size}-seg.pt); the four outputs the
+    # segment task exports are compared (kernel parameters and mask features too, not only boxes).
+    "rtmdet_ins": OracleCase("LibreRTMDet", 3, 128, _rtmdet_ins_zoo, _rtmdet_ins_libreyolo, libreyolo_input=_rtmdet_libreyolo_input,
+                             relative=1e-6, libreyolo_options={"task": "segment"}),
     "yolonas": OracleCase("LibreYOLONAS", 3, 128, _detection_zoo, _yolonas_libreyolo, relative=1e-6,
                           libreyolo_train_step=_yolonas_train_step, libreyolo_unused_parameters=(".rbr_reparam.",)),
     "picodet": OracleCase("LibrePICODET", 3, 128, _detection_zoo, _picodet_libreyolo, libreyolo_input=_picodet_libreyolo_input,

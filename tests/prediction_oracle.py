@@ -21,6 +21,8 @@ and the postprocessing back to original-image pixels (thresholds, NMS, top-k, un
 
    - detect: LibreYOLO's top-30 boxes (by score), each matched greedily one-to-one to a zoo box of the same
      class with IoU >= 0.98 and |score difference| <= 1e-3; passes at >= 95 % matched;
+   - segment: the same matching of boxes, and the matched instances' masks (at the original size) with
+     >= 99.9 % of their pixels equal over each image's matched pairs;
    - points: the same with the points within 1 px;
    - classify: the same top-5 classes in the same order and every probability within 1e-4;
    - semantic: >= 99.9 % of the pixels of the same class;
@@ -87,7 +89,7 @@ PREDICT_SETTINGS: dict[str, PredictSettings] = {
     **{family: PredictSettings(320) for family in (
         "yolo9", "yolo9_e2e", "yolo7", "yolox", "yolonas", "picodet", "rtmdet",
         "rtdetr", "dfine", "deim", "rtdetrv4", "deimv2", "rfdetr", "ec",
-        "segformer", "ppliteseg")},
+        "segformer", "ppliteseg", "rtmdet_ins")},
     "unet": PredictSettings(160),  # a multiple of its 16; the full-resolution U-Net costs a second a call at 320
     "fomo": PredictSettings(96),  # FOMO-s's native side; a 12×12 grid of cells
     "nafnet": PredictSettings(256),  # ignored by both: restoration runs at the image's own size
@@ -169,6 +171,12 @@ def _rtmdet_heads(model: nn.Module) -> dict[str, tuple[HeadTarget, ...]]:
     return {r"head\.rtm_cls\.\d+": _SIGMOID, r"head\.rtm_reg\.\d+": (distances,)}
 
 
+def _rtmdet_ins_heads(model: nn.Module) -> dict[str, tuple[HeadTarget, ...]]:
+    del model  # every RTMDet-Ins size regresses relu(output) × stride
+    return {r"head\.rtm_cls\.\d+": _SIGMOID, r"head\.rtm_reg\.\d+": (HeadTarget(3.0, 1.0),),
+            r"head\.rtm_kernel\.\d+": (HeadTarget(0.0, 0.5),), r"head\.mask_head\.projection": (HeadTarget(0.0, 1.0),)}
+
+
 PERTURBATIONS: dict[str, Perturbation] = {
     # dense detectors: sigmoid class scores per (anchor, class); the box regressions spread too (with BatchNorm
     # outputs kept small, see _BATCH_NORM_GAIN, an untouched box head gives every anchor the same box size)
@@ -177,6 +185,8 @@ PERTURBATIONS: dict[str, Perturbation] = {
     "yolo9_e2e": Perturbation("wide", {r"head\.(one2one_)?cv3\.\d+\.2": _SIGMOID, r"head\.(one2one_)?cv2\.\d+\.2": _DFL},
                               "one-to-one class and DFL box convs (the eval path: top-k, no NMS)"),
     "rtmdet": Perturbation("wide", _rtmdet_heads, "class convs; distance convs about 3 strides (linear) or e^1.1 (exp)"),
+    "rtmdet_ins": Perturbation("wide", _rtmdet_ins_heads, "class convs, distance convs about 3 strides, the dynamic-kernel "
+                               "parameters and the mask features spread (masks with edges)"),
     "yolonas": Perturbation("uniform", {r"heads\.head\d+\.cls_pred": _SIGMOID, r"heads\.head\d+\.reg_pred": _DFL},
                             "class convs and DFL box convs of the three heads"),
     "picodet": Perturbation("uniform", {r"head\.gfl_cls\.\d+": (
@@ -481,6 +491,7 @@ class ImageComparison:
     fraction: float = 0.0
     worst: float = math.nan
     same_top5: bool | None = None
+    mask_fraction: float = math.nan  # segment: the share of equal pixels of the matched instances' masks
     notes: dict[str, Any] = field(default_factory=dict)
 
 
@@ -513,10 +524,16 @@ class PredictionComparison:
         """detect/points: the share of LibreYOLO's top items matched, over both images; semantic: the share of
         equal pixels (the worse image); classify: 1.0 when both images pass, else 0.0; restore: the share of levels
         within 1 (the worse image)."""
-        if self.task in ("detect", "points"):
+        if self.task in ("detect", "points", "segment"):
             considered = sum(image.considered for image in self.images)
             return sum(image.matched for image in self.images) / considered if considered else 0.0
         return min(image.fraction for image in self.images)
+
+    @property
+    def mask_fraction(self) -> float:
+        """segment: the share of equal mask pixels of the matched instances (the worse image); NaN for other tasks."""
+        values = [image.mask_fraction for image in self.images]
+        return min(values) if values and not any(math.isnan(value) for value in values) else math.nan
 
     @property
     def worst(self) -> float:
@@ -531,9 +548,10 @@ class PredictionComparison:
 
     @property
     def passes(self) -> bool:
-        if self.task in ("detect", "points"):
+        if self.task in ("detect", "points", "segment"):
             # a comparison of nothing proves nothing: LibreYOLO must have predicted on every image
-            return all(image.considered > 0 for image in self.images) and self.fraction >= MATCHED_FRACTION
+            boxes_agree = all(image.considered > 0 for image in self.images) and self.fraction >= MATCHED_FRACTION
+            return boxes_agree and (self.task != "segment" or self.mask_fraction >= PIXEL_FRACTION)
         if self.task == "classify":
             return bool(self.same_top5) and self.worst <= PROBABILITY_TOLERANCE
         if self.task == "semantic":
@@ -553,6 +571,7 @@ class PredictionComparison:
             lines.append(f"  {image.image}: LibreYOLO {image.libreyolo_count}, zoo {image.zoo_count}, matched "
                          f"{image.matched}/{image.considered}, fraction {image.fraction:.4f}, worst {image.worst:.3g}"
                          + (f", same top-5 {image.same_top5}" if image.same_top5 is not None else "")
+                         + (f", mask pixels equal {image.mask_fraction:.5f}" if not math.isnan(image.mask_fraction) else "")
                          + "".join(f"; {key} {value}" for key, value in image.notes.items()))
         return "\n".join(lines)
 
@@ -581,8 +600,15 @@ def _match(closeness: np.ndarray, close_enough: np.ndarray, reference_scores: np
            higher_is_closer: bool) -> tuple[int, list[float]]:
     """Greedy one-to-one: each reference item (best score first) takes the closest unused other item that is close
     enough (same class, geometry within bounds, score within tolerance). Returns the count and score differences."""
+    pairs = _matched_pairs(closeness, close_enough, higher_is_closer)
+    differences = [abs(float(reference_scores[row]) - float(other_scores[column])) for row, column in pairs]
+    return len(differences), differences
+
+
+def _matched_pairs(closeness: np.ndarray, close_enough: np.ndarray, higher_is_closer: bool) -> list[tuple[int, int]]:
+    """``_match``'s greedy one-to-one pairs ``(reference row, other column)``."""
     used = np.zeros(closeness.shape[1], dtype=bool)
-    differences = []
+    pairs = []
     for row in range(closeness.shape[0]):
         allowed = close_enough[row] & ~used
         if not allowed.any():
@@ -590,8 +616,8 @@ def _match(closeness: np.ndarray, close_enough: np.ndarray, reference_scores: np
         candidates = np.where(allowed, closeness[row], -np.inf if higher_is_closer else np.inf)
         column = int(candidates.argmax() if higher_is_closer else candidates.argmin())
         used[column] = True
-        differences.append(abs(float(reference_scores[row]) - float(other_scores[column])))
-    return len(differences), differences
+        pairs.append((row, column))
+    return pairs
 
 
 def _top(scores: np.ndarray) -> np.ndarray:
@@ -615,6 +641,31 @@ def _compare_detections(image: Path, reference: Any, ours: Any) -> ImageComparis
     comparison = ImageComparison(name, len(_numpy(reference.boxes.conf).reshape(-1)), len(zoo_scores), len(order), matched,
                                  matched / len(order) if len(order) else 0.0, max(differences) if differences else math.nan)
     comparison.notes.update(_detection_diagnostics(boxes, scores, labels, zoo_boxes, zoo_scores, zoo_labels, iou, same_class))
+    return comparison
+
+
+def _compare_instances(image: Path, reference: Any, ours: Any) -> ImageComparison:
+    """The boxes as ``_compare_detections`` matches them, then the masks of the matched pairs pixel by pixel."""
+    comparison = _compare_detections(image, reference, ours)
+    scores = _numpy(reference.boxes.conf).reshape(-1).astype(np.float64)
+    order = _top(scores)
+    boxes = _numpy(reference.boxes.xyxy).reshape(-1, 4).astype(np.float64)[order]
+    labels = _numpy(reference.boxes.cls).reshape(-1).astype(np.int64)[order]
+    masks = _numpy(reference.masks).astype(bool).reshape(len(scores), *(_numpy(reference.masks).shape[1:] or (0, 0)))[order]
+    zoo_boxes = _numpy(ours.boxes).reshape(-1, 4).astype(np.float64)
+    zoo_scores = _numpy(ours.scores).reshape(-1).astype(np.float64)
+    zoo_labels = _numpy(ours.labels).reshape(-1).astype(np.int64)
+    zoo_masks = _numpy(ours.masks).astype(bool)
+    iou = _box_iou(boxes, zoo_boxes) if len(boxes) and len(zoo_boxes) else np.zeros((len(boxes), len(zoo_boxes)))
+    close = (labels[:, None] == zoo_labels[None, :]) & (iou >= BOX_IOU) & (np.abs(scores[order][:, None] - zoo_scores[None, :]) <= SCORE_TOLERANCE)
+    pairs = _matched_pairs(iou, close, True)
+    if pairs and masks.shape[1:] == zoo_masks.shape[1:]:
+        equal = sum(int((masks[row] == zoo_masks[column]).sum()) for row, column in pairs)
+        comparison.mask_fraction = equal / (len(pairs) * masks[0].size)
+        comparison.notes["mask foreground (LibreYOLO's matched, mean)"] = f"{float(np.mean([masks[row].mean() for row, _ in pairs])):.3f}"
+    elif pairs:
+        comparison.mask_fraction = 0.0
+        comparison.notes["mask shapes"] = f"LibreYOLO {masks.shape[1:]} vs zoo {zoo_masks.shape[1:]}"
     return comparison
 
 
@@ -735,7 +786,7 @@ def _compare_restoration(image: Path, reference: Any, ours: Any) -> ImageCompari
 
 
 _COMPARE = {"detect": _compare_detections, "points": _compare_points, "classify": _compare_classification,
-            "semantic": _compare_semantic, "restore": _compare_restoration}
+            "semantic": _compare_semantic, "restore": _compare_restoration, "segment": _compare_instances}
 
 
 def _libreyolo_reference(family: str, size: str, workdir: Path, seed: int) -> Any:

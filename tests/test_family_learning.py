@@ -29,6 +29,7 @@ def sample_on_itself(tmp_path: Path, task: str, *, images: int, size: int) -> Pa
     root = materialize_shapes(shapes(num_train=images, num_val=2, image_size=size, seed=0))
     layouts = {
         "detect": {"train": "images/train", "val": "images/train", "names": list(SHAPES_CLASSES)},
+        "segment": {"train": "segment/images/train", "val": "segment/images/train", "names": list(SHAPES_CLASSES)},
         "semantic": {
             "train": {"images": "images/train", "masks": "masks/train"},
             "val": {"images": "images/train", "masks": "masks/train"},

@@ -286,7 +286,8 @@ class LibreYOLO:
             converted = ConvertedWeights(self.model.state_dict())
         height, width = image_size_hw(self.input_size)
         checkpoint = libreyolo_checkpoint(
-            converted.state_dict, family=self.family, size=converted.size or self.size, task=self.task,
+            converted.state_dict, family=self.declaration.libreyolo_family or self.family, size=converted.size or self.size,
+            task=self.task,
             names=self.names, input_size=max(height, width),
             letterbox_placement=self.input_pipeline.placement if self.input_pipeline.resize == "letterbox" else None,
         )

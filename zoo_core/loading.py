@@ -17,7 +17,7 @@ facade builds the real model and loads the tensors strictly.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from zoo_core.plugin_manager import ZooPluginManager
 
-__all__ = ["LoadedWeights", "load_weights_file", "FOREIGN_LAYOUTS", "mismatch_report", "class_count_of"]
+__all__ = ["LoadedWeights", "load_weights_file", "zoo_family_of_libreyolo", "FOREIGN_LAYOUTS", "mismatch_report", "class_count_of"]
 
 # The layouts tried, in order, for a state dict whose names are not the family's own.
 FOREIGN_LAYOUTS = ("upstream", "libreyolo", "timm", "torchvision")
@@ -114,8 +114,21 @@ def _converted(manager: "ZooPluginManager", family: str, size: str, state_dict: 
     return manager.convert_weights(family, size, state_dict, layout, "zoo")
 
 
+def zoo_family_of_libreyolo(model_family: str, task: str | None, manager: "ZooPluginManager") -> str:
+    """zoo's family of a LibreYOLO checkpoint's ``model_family`` and (zoo-named) ``task``.
+
+    LibreYOLO names one family for several tasks (``rtmdet`` with task ``segment`` is zoo's
+    ``rtmdet_ins``): the family that declares that ``libreyolo_family`` (or has that name) and
+    solves that task; else the name as it is.
+    """
+    matches = [name for name, declaration in manager.families.items()
+               if (declaration.libreyolo_family or name) == model_family and declaration.task == task]
+    return matches[0] if matches else model_family
+
+
 def _from_libreyolo(found: RecognisedWeights, manager: "ZooPluginManager") -> LoadedWeights:
     assert found.family is not None and found.size is not None and found.num_classes is not None
+    found = replace(found, family=zoo_family_of_libreyolo(found.family, found.task, manager))
     if found.family not in manager.families:
         raise WeightsMismatchError(
             f"{found.path} is {found.describe()}, but zoo has no family {found.family!r}; zoo's families are "

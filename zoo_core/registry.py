@@ -305,6 +305,10 @@ class FamilyDeclaration(BaseModel):
         default=None, description='"module:function" called as converter(size, state_dict, source, target) to convert '
         "weights between zoo's keys and a foreign layout; default: none (only files in zoo's keys load)"
     )
+    libreyolo_family: str | None = Field(
+        default=None, description="the model_family LibreYOLO's checkpoints of this family say, where it differs from the "
+        "family's name (RTMDet-Ins: rtmdet, told apart from the detector by the checkpoint's task)"
+    )
 
     @field_validator("name")
     @classmethod

@@ -27,7 +27,10 @@ from zoo_core.key_renaming import KeyRenamer
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LIBREYOLO_KEYS", "from_libreyolo", "to_libreyolo", "from_upstream", "convert"]
+__all__ = [
+    "LIBREYOLO_KEYS", "from_libreyolo", "to_libreyolo", "from_upstream", "convert",
+    "INSTANCE_KEYS", "from_libreyolo_instance", "to_libreyolo_instance", "convert_instance",
+]
 
 _BN = ("weight", "bias", "running_mean", "running_var", "num_batches_tracked")
 _STAGES = 4  # CSPNeXt's P5 arch; the last stage holds the SPP
@@ -85,7 +88,7 @@ def from_libreyolo(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch
     copies: dict[tuple[str, str], "torch.Tensor"] = {}
     for key, tensor in state_dict.items():
         if any(part in key for part in ("rtm_kernel", "mask_head.")):
-            raise ValueError(f"{key!r} belongs to RTMDet-Ins (instance segmentation); zoo's rtmdet is the detector")
+            raise ValueError(f"{key!r} belongs to RTMDet-Ins (instance segmentation): load the file as rtmdet_ins; rtmdet is the detector")
         shared = _SHARED_CONV.match(key)
         if shared:
             branch, level, index = shared.groups()
@@ -139,4 +142,87 @@ def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, ta
         return from_upstream(state_dict)
     if source == "zoo" and target == "libreyolo":
         return to_libreyolo(size, state_dict)
+    return None
+
+
+# RTMDet-Ins (LibreYOLO 1.6's LibreRTMDet with task "segment", mmdetection's RTMDetInsSepBNHead). The published
+# head files its class tower under reg_convs too (the same modules), so a foreign file holds every tower tensor
+# twice: zoo keeps the cls_convs copy and writes both back. The kernel towers are per level (not shared), the
+# mask-feature branch is mmdetection's mask_head.
+INSTANCE_KEYS = KeyRenamer([
+    *LIBREYOLO_KEYS.pairs,
+    ("^head.mask_head.fusion_conv.", "^head.mask_features.fusion."),
+    ("^head.mask_head.stacked_convs.", "^head.mask_features.convs."),
+    ("^head.mask_head.projection.", "^head.mask_features.projection."),
+])
+_INSTANCE_PREDICTIONS = {**_PREDICTIONS, "head.rtm_kernel.": "head.kernel_preds."}
+_ALIASED_TOWER = re.compile(r"^head\.reg_convs\.(.+)$")  # RTMDet-Ins: reg_convs.<level>.<i>.* are the cls_convs'
+
+
+def from_libreyolo_instance(state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+    """A LibreYOLO 1.6 RTMDet-Ins ``model`` state dict → zoo's ``rtmdet_ins`` keys.
+
+    The ``reg_convs`` entries must equal the ``cls_convs`` ones (aliases in every LibreYOLO and
+    mmdetection checkpoint) and the levels' copies of each shared conv must be equal; one is kept.
+    """
+    if not any(key.startswith("head.rtm_kernel.") for key in state_dict):
+        raise ValueError("this RTMDet state dict has no dynamic-kernel convs (head.rtm_kernel.*): it is the detector, "
+                         "load it as rtmdet, not rtmdet_ins")
+    kept: dict[str, "torch.Tensor"] = {}
+    copies: dict[str, "torch.Tensor"] = {}
+    for key, tensor in state_dict.items():
+        aliased = _ALIASED_TOWER.match(key)
+        if aliased:
+            twin = state_dict.get(f"head.cls_convs.{aliased.group(1)}")
+            if twin is None or twin.shape != tensor.shape or not bool((twin == tensor).all()):
+                raise ValueError(f"{key} differs from its head.cls_convs twin: RTMDet-Ins's regression reads the class tower")
+            continue
+        shared = _SHARED_CONV.match(key)
+        if shared:
+            _, level, index = shared.groups()
+            first = copies.setdefault(index, tensor)
+            if first.shape != tensor.shape or not bool((first == tensor).all()):
+                raise ValueError(f"{key} differs from level 0's copy: RTMDet's head tower convs must be shared")
+            if level != "0":
+                continue
+        kept[key] = tensor
+    predictions, kept = _rename_predictions(kept, _INSTANCE_PREDICTIONS)
+    converted = {**INSTANCE_KEYS.to_zoo(kept), **predictions}
+    if _FIRST_CONV in converted:
+        converted[_FIRST_CONV] = converted[_FIRST_CONV].flip(1)  # BGR -> RGB input channels
+    return converted
+
+
+def to_libreyolo_instance(size: str, state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+    """zoo's ``rtmdet_ins`` state dict → LibreYOLO 1.6's RTMDet-Ins ``model`` state dict as its own ``state_dict()``
+    holds it (every level's copy of the shared convs and the ``reg_convs`` aliases included). ``size`` is not needed."""
+    del size
+    weights = dict(state_dict)
+    if _FIRST_CONV in weights:
+        weights[_FIRST_CONV] = weights[_FIRST_CONV].flip(1)  # RGB -> BGR
+    predictions, weights = _rename_predictions(weights, {zoo: libre for libre, zoo in _INSTANCE_PREDICTIONS.items()})
+    converted = {**INSTANCE_KEYS.from_zoo(weights), **predictions}
+    levels = sorted({int(match.group(1)) for key in state_dict if (match := re.match(r"^head\.cls_preds\.(\d+)\.", key))})
+    for key in [key for key in converted if _SHARED_CONV.match(key)]:
+        _, _, index = _SHARED_CONV.match(key).groups()
+        for level in levels:
+            converted[f"head.cls_convs.{level}.{index}.conv.weight"] = converted[key]
+    for key in [key for key in converted if key.startswith("head.cls_convs.")]:
+        converted["head.reg_convs." + key.removeprefix("head.cls_convs.")] = converted[key]
+    return converted
+
+
+def convert_instance(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str = "zoo") -> dict | None:
+    """The registry ``converter`` of rtmdet_ins: LibreYOLO's layout both ways, mmdetection's (``bbox_head.``) into zoo."""
+    if target == "zoo" and source == "libreyolo":
+        return from_libreyolo_instance(state_dict)
+    if target == "zoo" and source == "upstream":
+        if not any(key.startswith("bbox_head.rtm_kernel") for key in state_dict):
+            return None
+        return from_libreyolo_instance({
+            ("head." + key.removeprefix("bbox_head.") if key.startswith("bbox_head.") else key): tensor
+            for key, tensor in state_dict.items() if not key.startswith("data_preprocessor.")
+        })
+    if source == "zoo" and target == "libreyolo":
+        return to_libreyolo_instance(size, state_dict)
     return None

@@ -50,7 +50,12 @@ __all__ = [
     "SpatialPyramidPooling",
     "CSPNeXtBackbone",
     "CSPNeXtPAFPN",
+    "shared_tower_convs",
+    "per_level_norms",
+    "apply_shared_tower",
+    "initialize_dense_head",
     "SharedConvSeparateNormHead",
+    "CSPNeXtFeatures",
     "RTMDet",
     "build_rtmdet",
 ]
@@ -292,6 +297,39 @@ class CSPNeXtPAFPN(nn.Module):
         return [conv(output) for conv, output in zip(self.outputs, outputs)]
 
 
+def shared_tower_convs(in_channels: int, width: int, count: int) -> nn.ModuleList:
+    """The ``count`` bias-free 3×3 convs of a head tower that every pyramid level shares (RTMDet's ``share_conv``)."""
+    return nn.ModuleList(nn.Conv2d(in_channels if index == 0 else width, width, 3, padding=1, bias=False) for index in range(count))
+
+
+def per_level_norms(width: int, count: int, levels: int) -> nn.ModuleList:
+    """Each level's own BatchNorms of a shared tower: ``norms[level][index]`` follows conv ``index``."""
+    return nn.ModuleList(
+        nn.ModuleList(nn.BatchNorm2d(width, eps=BN_EPS, momentum=BN_MOMENTUM) for _ in range(count)) for _ in range(levels)
+    )
+
+
+def apply_shared_tower(x: torch.Tensor, convs: nn.ModuleList, norms: nn.ModuleList, activation: nn.Module) -> torch.Tensor:
+    """One level's pass through a shared tower: each shared conv, that level's norm, the activation."""
+    for conv, norm in zip(convs, norms):
+        x = activation(norm(conv(x)))
+    return x
+
+
+@torch.no_grad()
+def initialize_dense_head(head: nn.Module, class_preds: nn.ModuleList) -> None:
+    """mmdetection's RTMDet head init: every conv N(0, 0.01) with zero bias, the class convs' bias at the
+    logit of a 1% prior (``bias_init_with_prob(0.01)``), so a fresh head scores about 0.01 everywhere."""
+    for module in head.modules():
+        if isinstance(module, nn.Conv2d):
+            nn.init.normal_(module.weight, std=0.01)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
+    prior_logit = -math.log((1 - CLASS_PRIOR_PROBABILITY) / CLASS_PRIOR_PROBABILITY)
+    for conv in class_preds:
+        nn.init.constant_(conv.bias, prior_logit)
+
+
 class SharedConvSeparateNormHead(nn.Module):
     """RTMDet's head: classification and regression towers whose convs are shared by all levels,
     with separate BatchNorms per level, and per-level 1×1 prediction convs.
@@ -321,20 +359,10 @@ class SharedConvSeparateNormHead(nn.Module):
         self.exp_on_reg = exp_on_reg
         levels = len(self.strides)
 
-        def tower_convs() -> nn.ModuleList:
-            return nn.ModuleList(
-                nn.Conv2d(in_channels if index == 0 else width, width, 3, padding=1, bias=False)
-                for index in range(stacked_convs)
-            )
-
-        def tower_norms() -> nn.ModuleList:
-            return nn.ModuleList(
-                nn.ModuleList(nn.BatchNorm2d(width, eps=BN_EPS, momentum=BN_MOMENTUM) for _ in range(stacked_convs))
-                for _ in range(levels)
-            )
-
-        self.cls_convs, self.reg_convs = tower_convs(), tower_convs()
-        self.cls_norms, self.reg_norms = tower_norms(), tower_norms()
+        self.cls_convs = shared_tower_convs(in_channels, width, stacked_convs)
+        self.reg_convs = shared_tower_convs(in_channels, width, stacked_convs)
+        self.cls_norms = per_level_norms(width, stacked_convs, levels)
+        self.reg_norms = per_level_norms(width, stacked_convs, levels)
         self.cls_preds = nn.ModuleList(nn.Conv2d(width, num_classes, 1) for _ in range(levels))
         self.reg_preds = nn.ModuleList(nn.Conv2d(width, 4, 1) for _ in range(levels))
         self.activation = nn.SiLU(inplace=True)
@@ -344,19 +372,10 @@ class SharedConvSeparateNormHead(nn.Module):
     def initialize_weights(self) -> None:
         """mmdetection's RTMDetSepBNHead init: convs N(0, 0.01), zero biases, class bias at the
         logit of a 1% prior."""
-        for module in self.modules():
-            if isinstance(module, nn.Conv2d):
-                nn.init.normal_(module.weight, std=0.01)
-                if module.bias is not None:
-                    nn.init.zeros_(module.bias)
-        prior_logit = -math.log((1 - CLASS_PRIOR_PROBABILITY) / CLASS_PRIOR_PROBABILITY)
-        for conv in self.cls_preds:
-            nn.init.constant_(conv.bias, prior_logit)
+        initialize_dense_head(self, self.cls_preds)
 
     def _tower(self, x: torch.Tensor, convs: nn.ModuleList, norms: nn.ModuleList) -> torch.Tensor:
-        for conv, norm in zip(convs, norms):
-            x = self.activation(norm(conv(x)))
-        return x
+        return apply_shared_tower(x, convs, norms, self.activation)
 
     def forward(self, features: Sequence[torch.Tensor]) -> dict[str, torch.Tensor]:
         """Raw (and in eval mode decoded) dense predictions of the pyramid ``features``."""
@@ -386,7 +405,35 @@ class SharedConvSeparateNormHead(nn.Module):
         return outputs
 
 
-class RTMDet(DenseDetectionPostprocess, nn.Module):
+class CSPNeXtFeatures(nn.Module):
+    """What RTMDet and RTMDet-Ins share: the input normalisation, the CSPNeXt backbone and the PAFPN neck.
+
+    ``pyramid(images)`` (N×3×H×W RGB in [0, 1], H and W multiples of 32) returns the neck's
+    maps at strides 8, 16, 32, each ``spec.head_width`` channels wide.
+    """
+
+    def __init__(self, spec: RTMDetSpec) -> None:
+        super().__init__()
+        self.strides = STRIDES
+        self.max_stride = max(STRIDES)
+        std = torch.tensor(RGB_STD).reshape(1, 3, 1, 1)
+        self.register_buffer("input_scale", 255.0 / std, persistent=False)
+        self.register_buffer("input_shift", -torch.tensor(RGB_MEAN).reshape(1, 3, 1, 1) / std, persistent=False)
+        self.backbone = CSPNeXtBackbone(spec)
+        self.neck = CSPNeXtPAFPN(self.backbone.out_channels, spec.head_width, spec.neck_blocks)
+
+    def pyramid(self, images: torch.Tensor) -> list[torch.Tensor]:
+        """The neck's feature maps of ``images`` (finest first); a clear error for a wrong input shape."""
+        if images.dim() != 4 or images.shape[2] % self.max_stride or images.shape[3] % self.max_stride:
+            raise ValueError(
+                f"{type(self).__name__} takes N×3×H×W images with H and W multiples of {self.max_stride}, "
+                f"got {tuple(images.shape)}; letterbox or resize the input"
+            )
+        normalised = torch.addcmul(self.input_shift, images, self.input_scale)
+        return self.neck(self.backbone(normalised))
+
+
+class RTMDet(DenseDetectionPostprocess, CSPNeXtFeatures):
     """The RTMDet detector (CSPNeXt + CSPNeXt-PAFPN + shared-conv head), zoo's detection model contract.
 
     - ``forward(images)`` (N×3×H×W RGB in [0, 1], H and W multiples of 32) returns the head dict
@@ -401,29 +448,16 @@ class RTMDet(DenseDetectionPostprocess, nn.Module):
     nms_defaults = DenseNMSDefaults(iou=0.65, multi_label=True, per_level_candidates=30000)
 
     def __init__(self, num_classes: int, spec: RTMDetSpec) -> None:
-        super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be at least 1, got {num_classes}")
+        super().__init__(spec)
         self.num_classes = num_classes
-        self.strides = STRIDES
-        self.max_stride = max(STRIDES)
-        std = torch.tensor(RGB_STD).reshape(1, 3, 1, 1)
-        self.register_buffer("input_scale", 255.0 / std, persistent=False)
-        self.register_buffer("input_shift", -torch.tensor(RGB_MEAN).reshape(1, 3, 1, 1) / std, persistent=False)
-        self.backbone = CSPNeXtBackbone(spec)
-        self.neck = CSPNeXtPAFPN(self.backbone.out_channels, spec.head_width, spec.neck_blocks)
         self.head = SharedConvSeparateNormHead(num_classes, spec.head_width, spec.head_width, STRIDES, exp_on_reg=spec.exp_on_reg)
         self.criterion = RTMDetLoss(num_classes)
 
     def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
         """Dense predictions of ``images``; see ``SharedConvSeparateNormHead`` for the dict's keys."""
-        if images.dim() != 4 or images.shape[2] % self.max_stride or images.shape[3] % self.max_stride:
-            raise ValueError(
-                f"RTMDet takes N×3×H×W images with H and W multiples of {self.max_stride}, got {tuple(images.shape)}; "
-                "letterbox or resize the input"
-            )
-        normalised = torch.addcmul(self.input_shift, images, self.input_scale)
-        return self.head(self.neck(self.backbone(normalised)))
+        return self.head(self.pyramid(images))
 
     def loss(self, outputs: Mapping[str, Any], batch: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """``(loss, items)`` for a detection batch (``images``, ``targets`` M×6 in input pixels)."""

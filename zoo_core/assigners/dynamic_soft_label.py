@@ -117,10 +117,12 @@ class DynamicSoftLabelAssigner:
         gt_labels: torch.Tensor,
         gt_boxes: torch.Tensor,
         gt_mask: torch.Tensor,
+        gt_centres: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``(cost, ious, candidate)``, each B×G×A: the matching cost (+inf where the anchor is no
         candidate of the image or the ground truth is padding), the predicted boxes' IoUs with the
-        ground truths, and the candidate mask (anchor inside some real ground truth of its image)."""
+        ground truths, and the candidate mask (anchor inside some real ground truth of its image).
+        ``gt_centres`` (B×G×2) replaces the boxes' centres in the centre prior."""
         batch_size, num_anchors, _ = class_logits.shape
         num_gt = gt_boxes.shape[1]
         points = anchor_points[None, None]  # 1×1×A×2
@@ -132,7 +134,7 @@ class DynamicSoftLabelAssigner:
         ious = aligned_box_iou(pred_boxes[:, None, :, :], boxes, kind="iou").clamp(min=0)  # B×G×A
         regression_cost = -torch.log(ious + _LOG_EPS) * self.iou_weight
 
-        centres = (gt_boxes[..., :2] + gt_boxes[..., 2:]) / 2  # B×G×2
+        centres = (gt_boxes[..., :2] + gt_boxes[..., 2:]) / 2 if gt_centres is None else gt_centres.float()  # B×G×2
         distance = (points - centres[:, :, None, :]).norm(dim=-1) / anchor_strides.reshape(1, 1, num_anchors)
         centre_prior = torch.pow(10.0, distance - self.soft_center_radius)
 
@@ -159,6 +161,7 @@ class DynamicSoftLabelAssigner:
         gt_labels: torch.Tensor,
         gt_boxes: torch.Tensor,
         gt_mask: torch.Tensor,
+        gt_centres: torch.Tensor | None = None,
     ) -> DynamicSoftLabelAssignment:
         """Assign a padded batch of ground truths to anchors.
 
@@ -170,6 +173,8 @@ class DynamicSoftLabelAssigner:
             gt_labels: B×G class indices (any integer or float dtype), padded.
             gt_boxes: B×G×4 xyxy ground-truth boxes, padded.
             gt_mask: B×G bool, True for real (non-padding) ground truths.
+            gt_centres: B×G×2 centres for the soft centre prior, default the boxes' centres
+                (mmdetection's instance heads give the masks' centres of mass).
         """
         batch_size, num_anchors, num_classes = class_logits.shape
         if num_classes != self.num_classes:
@@ -182,7 +187,7 @@ class DynamicSoftLabelAssigner:
         class_logits, pred_boxes, gt_boxes = class_logits.float(), pred_boxes.float(), gt_boxes.float()
 
         cost, ious, candidate = self.cost_matrix(
-            class_logits, pred_boxes, anchor_points.float(), anchor_strides.float(), gt_labels, gt_boxes, gt_mask
+            class_logits, pred_boxes, anchor_points.float(), anchor_strides.float(), gt_labels, gt_boxes, gt_mask, gt_centres
         )
 
         # Dynamic k per ground truth: integer part of the sum of its top_k candidate IoUs, at least 1.
