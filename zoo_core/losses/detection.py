@@ -22,7 +22,7 @@ from typing import Mapping, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from zoo_core.assigners.task_aligned import TaskAlignedAssigner
+from zoo_core.assigners.task_aligned import TaskAlignedAssigner, TaskAlignedAssignment
 from zoo_core.nn.detection_head import distribution_to_distances
 from zoo_core.ops.boxes import aligned_box_iou, boxes_to_distances, distances_to_boxes
 
@@ -31,6 +31,7 @@ __all__ = [
     "DetectionLossGains",
     "DetectionLossTerms",
     "pad_targets_per_image",
+    "padded_target_rows",
     "distribution_focal_loss",
     "TaskAlignedDetectionLoss",
 ]
@@ -112,6 +113,23 @@ def pad_targets_per_image(
     return labels, boxes, mask
 
 
+def padded_target_rows(targets: torch.Tensor, batch_size: int, max_boxes: int) -> torch.Tensor:
+    """B×G int64: the row of ``targets`` (M×6) behind each slot of ``pad_targets_per_image``'s padded
+    tensors (-1 for padding), so per-target data kept beside the targets (a segmenter's masks) can be
+    read for an assigned slot."""
+    rows = torch.full((batch_size, max_boxes), -1, dtype=torch.int64, device=targets.device)
+    if not len(targets) or not max_boxes:
+        return rows
+    image_index = targets[:, 0].long()
+    order = torch.argsort(image_index, stable=True)
+    counts = torch.bincount(image_index, minlength=batch_size)
+    first_of_image = torch.cumsum(counts, 0) - counts
+    sorted_index = image_index[order]
+    slot = torch.arange(len(order), device=targets.device) - first_of_image[sorted_index]
+    rows[sorted_index, slot] = order
+    return rows
+
+
 def distribution_focal_loss(bin_logits: torch.Tensor, target_distances: torch.Tensor) -> torch.Tensor:
     """DFL (Li et al., 2020): cross-entropy towards the two bins bracketing each target distance,
     weighted by proximity. ``bin_logits`` P×4×R, ``target_distances`` P×4 in ``[0, R-1)``;
@@ -145,6 +163,14 @@ class TaskAlignedDetectionLoss:
 
     def __call__(self, outputs: Mapping[str, torch.Tensor], targets: torch.Tensor, batch_size: int) -> DetectionLossTerms:
         """Loss terms of ``outputs`` (head dict) against ``targets`` (M×6, input pixels)."""
+        return self.terms_and_assignment(outputs, targets, batch_size)[0]
+
+    def terms_and_assignment(
+        self, outputs: Mapping[str, torch.Tensor], targets: torch.Tensor, batch_size: int
+    ) -> tuple[DetectionLossTerms, TaskAlignedAssignment]:
+        """The loss terms and the assignment behind them (a segmenter's mask loss reads which
+        ground truth each positive anchor learns: ``gt_index`` is its slot among its image's
+        targets, in the order of ``targets``)."""
         box_logits = outputs["box_logits"].float()
         class_logits = outputs["class_logits"].float()
         anchor_points, anchor_strides = outputs["anchor_points"], outputs["anchor_strides"]
@@ -174,4 +200,4 @@ class TaskAlignedDetectionLoss:
         target_distances = target_distances.clamp(min=0.0, max=self.reg_max - 1 - 0.01)
         bin_logits = box_logits.unflatten(-1, (4, self.reg_max))
         dfl_loss = (distribution_focal_loss(bin_logits, target_distances) * weight).sum() / score_sum
-        return DetectionLossTerms(box=box_loss, cls=cls_loss, dfl=dfl_loss)
+        return DetectionLossTerms(box=box_loss, cls=cls_loss, dfl=dfl_loss), assignment
