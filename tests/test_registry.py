@@ -35,7 +35,10 @@ def test_the_shipped_registry_is_valid_and_names_are_unambiguous():
     for name, declaration in families.items():
         assert declaration.name == name
         assert declaration.task in builtin_tasks()
-        assert declaration.plugin == f"zoo_{name}", "built-in plugins live in plugins/zoo_<family>/"
+        # One package may serve related families (zoo_yolo9: yolo9 and yolo9_seg share the GELAN detector).
+        assert declaration.plugin in {f"zoo_{family}" for family in families}, (
+            f"{name}: built-in plugins live in plugins/zoo_<family>/, got {declaration.plugin!r}"
+        )
         for size in declaration.sizes.values():
             assert size.params_source.strip()
     name_table(families)  # raises if two models share a spelling
@@ -49,7 +52,9 @@ def test_every_registry_family_has_its_plugin_package_and_entry_point():
     entry_points = project["project"]["entry-points"]["zoo.plugins"]
     wheel_packages = project["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"]
     for name, declaration in load_registry().items():
-        assert entry_points.get(name) == declaration.plugin
+        # A family served by another family's package (yolo9_seg by zoo_yolo9) rides on that entry point.
+        assert entry_points.get(name, declaration.plugin) == declaration.plugin
+        assert declaration.plugin in entry_points.values()
         assert f"plugins/{declaration.plugin}" in wheel_packages
         assert (root / "plugins" / declaration.plugin / "__init__.py").is_file()
 
