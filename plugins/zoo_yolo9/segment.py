@@ -219,6 +219,10 @@ def build_yolo9_seg(request: BuildRequest) -> YOLOv9Segmenter:
     Options: ``class_channels`` (int, the class towers' width, as for yolo9); ``prototype_channels``
     (int, the protonet's width; default the P3 width, gelan-c-seg's 256 at C); ``bn_momentum``.
     """
+    if "pgi" in request.options:
+        raise ValueError(
+            "yolo9_seg builds the released gelan-c-seg form, which has no PGI auxiliary branch; drop the pgi option"
+        )
     unknown = sorted(set(request.options) - set(BUILD_OPTIONS))
     if unknown:
         raise ValueError(f"yolo9_seg does not take the option(s) {unknown}; accepted options: {', '.join(BUILD_OPTIONS)}")
