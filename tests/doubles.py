@@ -37,7 +37,7 @@ from zoo_core.plugin_manager import register_plugin
 
 __all__ = [
     "use_test_families", "TinyNet", "build_tinynet", "TinyClassifier", "TinySegmenter", "TinyRestorer", "GridDetector",
-    "LookupDetector", "fake_libre", "image_key",
+    "LookupDetector", "LookupInstanceSegmenter", "fake_libre", "image_key",
 ]
 
 
@@ -218,6 +218,63 @@ class LookupDetector(nn.Module):
             keep = found["scores"] > conf
             results.append({name: value[keep][:max_det] for name, value in found.items()})
         return in_original_pixels(results, placements)
+
+
+class LookupInstanceSegmenter(nn.Module):
+    """The segment task's contract with prepared answers per input image (looked up by ``image_key``): a test oracle.
+
+    ``table`` maps ``image_key(input image)`` to ``boxes`` (input pixels), ``scores``, ``labels`` and ``masks``
+    (n×S×S bool, input pixels). ``forward`` returns the contract's dict: every object is a candidate whose
+    ``mask_coefficients`` are one-hot over ``mask_features`` (the objects' masks as planes), so ``postprocess``
+    builds each mask as a real prototype head does — coefficients times features, thresholded at 0.5, mapped to
+    the original image by cropping the letterbox padding and resizing bilinearly first (``logits_to_original``).
+    """
+
+    def __init__(self, table: Mapping[int, dict[str, torch.Tensor]], num_classes: int, pipeline: Any = None) -> None:
+        super().__init__()
+        from zoo_core.tasks.detect import DetectTask
+
+        self.table = dict(table)
+        self.num_classes = num_classes
+        self.pipeline = pipeline or DetectTask.default_input_pipeline
+        self.anchor = nn.Parameter(torch.zeros(1))
+
+    def forward(self, images: torch.Tensor) -> dict[str, torch.Tensor]:
+        found = [self.table.get(image_key(image)) for image in images]
+        candidates = max([len(item["scores"]) for item in found if item is not None] + [1])
+        batch, height, width = len(images), int(images.shape[-2]), int(images.shape[-1])
+        boxes = torch.zeros(batch, candidates, 4)
+        scores = torch.zeros(batch, candidates, self.num_classes)
+        features = torch.zeros(batch, candidates, height, width)
+        for position, item in enumerate(found):
+            if item is None:
+                continue
+            count = len(item["scores"])
+            boxes[position, :count] = item["boxes"].float()
+            scores[position, torch.arange(count), item["labels"].long()] = item["scores"].float()
+            features[position, :count] = item["masks"].float()
+        coefficients = torch.eye(candidates).expand(batch, candidates, candidates).clone()
+        return {"boxes": boxes, "scores": scores, "mask_coefficients": coefficients, "mask_features": features}
+
+    def postprocess(self, outputs: Mapping[str, torch.Tensor], conf: float, iou: float, max_det: int,
+                    placements: Any = None) -> list[dict[str, torch.Tensor]]:
+        from zoo_core.data.input_pipeline import logits_to_original
+        from zoo_core.ops.boxes import boxes_to_original
+
+        results = []
+        for position in range(len(outputs["boxes"])):
+            scores, labels = outputs["scores"][position].max(dim=1)
+            keep = (scores > conf).nonzero(as_tuple=True)[0][:max_det]
+            features = outputs["mask_features"][position]
+            mask_logits = torch.einsum("ak,khw->ahw", outputs["mask_coefficients"][position][keep], features)
+            boxes = outputs["boxes"][position][keep]
+            if placements is not None:
+                ratio_pad, shape = placements[position]
+                mask_logits = logits_to_original(mask_logits, ratio_pad, shape, self.pipeline) if len(keep) else \
+                    mask_logits.new_zeros((0, *shape))
+                boxes = boxes_to_original(boxes, ratio_pad, shape)
+            results.append({"boxes": boxes, "scores": scores[keep], "labels": labels[keep], "masks": mask_logits > 0.5})
+        return results
 
 
 def in_original_pixels(detections: list[dict[str, torch.Tensor]], placements: Any) -> list[dict[str, torch.Tensor]]:

@@ -11,6 +11,12 @@ the engine seeds per rank and per epoch (E10, docs/architecture.md).
 How an image is fitted to the network's input before augmentation (the family's letterbox or
 stretch) is ``zoo_core/data/input_pipeline.py``; a mosaic scales its pieces by their longer side
 (``resize_long_side``).
+
+Instance masks (the segment task) are ``n×H×W`` uint8 stacks, one plane per object, moved by the
+same transforms with nearest-neighbour sampling and filled with 0 where nothing was; after the
+last geometric transform ``keep_visible_instances`` re-derives each box from its mask (so a
+rotated object keeps a tight box, as Ultralytics derives boxes from its warped polygons) and
+drops the objects whose mask vanished.
 """
 
 from __future__ import annotations
@@ -37,9 +43,12 @@ __all__ = [
     "RandomWarp",
     "RandomHSV",
     "warp_boxes",
+    "pixel_index_matrix",
     "random_affine",
     "color_jitter",
     "keep_visible_boxes",
+    "boxes_from_masks",
+    "keep_visible_instances",
     "apply_v2",
 ]
 
@@ -62,7 +71,10 @@ def resize_long_side(
     boxes: tv_tensors.BoundingBoxes | None = None,
     mask: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, tv_tensors.BoundingBoxes | None, torch.Tensor | None, tuple[float, float]]:
-    """Resize so the longer side is ``size`` (aspect kept); returns the per-axis ratios too."""
+    """Resize so the longer side is ``size`` (aspect kept); returns the per-axis ratios too.
+
+    ``mask`` (``H×W`` or an ``n×H×W`` stack of instance masks, possibly empty) is resized by nearest neighbour.
+    """
     height, width = image.shape[-2:]
     gain = size / max(height, width)
     new_height, new_width = max(round(height * gain), 1), max(round(width * gain), 1)
@@ -73,24 +85,37 @@ def resize_long_side(
     if boxes is not None:
         boxes = F.resize(boxes, [new_height, new_width])
     if mask is not None:
-        mask = F.resize(tv_tensors.Mask(mask), [new_height, new_width]).as_subclass(torch.Tensor)
+        if mask.numel() == 0:  # an image without objects: torch cannot interpolate an empty stack
+            mask = mask.new_zeros((*mask.shape[:-2], new_height, new_width))
+        else:
+            # NEAREST_EXACT samples at pixel centres, as the image's resize does; NEAREST would shift the mask by up to half a pixel.
+            mask = F.resize(tv_tensors.Mask(mask), [new_height, new_width],
+                            interpolation=v2.InterpolationMode.NEAREST_EXACT).as_subclass(torch.Tensor)
     return image, boxes, mask, ratios
 
 
 def mosaic4(
     pieces: Sequence[tuple[torch.Tensor, tv_tensors.BoundingBoxes, torch.Tensor]],
     size: int,
-) -> tuple[torch.Tensor, tv_tensors.BoundingBoxes, torch.Tensor]:
+    masks: Sequence[torch.Tensor] | None = None,
+) -> Any:
     """Four (image, boxes, classes) pieces around a random centre of a grey ``2size×2size`` canvas.
 
     Each piece should already have its longer side at ``size``. Piece 0 goes top-left of the
     centre, then top-right, bottom-left, bottom-right; parts falling off the canvas are cut (their
     boxes keep unclipped coordinates, so ``keep_visible_boxes`` can judge how much remains).
+
+    Returns ``(canvas, boxes, classes)``; with ``masks`` (one ``n_i×h×w`` instance-mask stack per
+    piece, of the piece's size) also the ``n×2size×2size`` canvas masks, the pieces' masks placed
+    exactly as their pixels: ``(canvas, boxes, classes, canvas_masks)``.
     """
     if len(pieces) != 4:
         raise ValueError(f"mosaic4 needs 4 pieces, got {len(pieces)}")
+    if masks is not None and len(masks) != 4:
+        raise ValueError(f"mosaic4 needs one mask stack per piece, got {len(masks)} for 4 pieces")
     canvas_size = 2 * size
     canvas = torch.full((3, canvas_size, canvas_size), PAD_VALUE, dtype=torch.uint8)
+    all_masks = []
     centre_x = int(random.uniform(size * 0.5, size * 1.5))
     centre_y = int(random.uniform(size * 0.5, size * 1.5))
     all_boxes, all_classes = [], []
@@ -103,10 +128,18 @@ def mosaic4(
         x2, y2 = min(left + width, canvas_size), min(top + height, canvas_size)
         if x2 > x1 and y2 > y1:
             canvas[:, y1:y2, x1:x2] = image[:, y1 - top : y2 - top, x1 - left : x2 - left]
+        if masks is not None:
+            piece_masks = masks[position]
+            placed = piece_masks.new_zeros((len(piece_masks), canvas_size, canvas_size))
+            if x2 > x1 and y2 > y1:
+                placed[:, y1:y2, x1:x2] = piece_masks[:, y1 - top : y2 - top, x1 - left : x2 - left]
+            all_masks.append(placed)
         shifted = boxes.as_subclass(torch.Tensor) + torch.tensor([left, top, left, top], dtype=torch.float32)
         all_boxes.append(shifted)
         all_classes.append(classes)
     boxes = make_boxes(torch.cat(all_boxes), (canvas_size, canvas_size))
+    if masks is not None:
+        return canvas, boxes, torch.cat(all_classes), torch.cat(all_masks)
     return canvas, boxes, torch.cat(all_classes)
 
 
@@ -165,6 +198,9 @@ class RandomWarp(v2.Transform):
         matrix, (height, width) = params["matrix"], params["output_size"]
         if isinstance(inpt, tv_tensors.BoundingBoxes):
             return tv_tensors.wrap(warp_boxes(inpt.as_subclass(torch.Tensor), matrix), like=inpt, canvas_size=(height, width))
+        # The matrix maps continuous coordinates (pixel i spans i..i+1, as boxes count); OpenCV maps pixel indices
+        # (pixel i's centre at i): the same warp on indices keeps pixels, masks and boxes on one another.
+        matrix = pixel_index_matrix(matrix)
         if isinstance(inpt, tv_tensors.Mask):
             warped = _warp_planes(inpt.as_subclass(torch.Tensor), matrix, (height, width), cv2.INTER_NEAREST, self.mask_fill)
             return tv_tensors.wrap(warped, like=inpt)
@@ -222,6 +258,15 @@ def warp_boxes(boxes: torch.Tensor, matrix: np.ndarray) -> torch.Tensor:
     return torch.stack([warped_x.amin(-1), warped_y.amin(-1), warped_x.amax(-1), warped_y.amax(-1)], dim=-1)
 
 
+def pixel_index_matrix(matrix: np.ndarray) -> np.ndarray:
+    """A 2×3 affine ``matrix`` of continuous image coordinates (pixel ``i`` spans ``i..i+1``) as the matrix that moves
+    pixel indices the same way (OpenCV's ``warpAffine`` puts pixel ``i``'s centre at ``i``): ``A·x + t`` becomes
+    ``A·x + t + (A - I)·(½, ½)``. The identity stays the identity."""
+    corrected = np.array(matrix, dtype=np.float64, copy=True)
+    corrected[:, 2] += (corrected[:, :2] - np.eye(2)) @ np.array([0.5, 0.5])
+    return corrected
+
+
 def _to_planes_last(planes: torch.Tensor) -> np.ndarray:
     """A ``C×H×W`` tensor as the contiguous ``H×W×C`` array OpenCV reads."""
     return np.ascontiguousarray(planes.permute(1, 2, 0).numpy())
@@ -237,6 +282,8 @@ def _warp_planes(planes: torch.Tensor, matrix: np.ndarray, output_size: tuple[in
     flat = planes.ndim == 2
     stack = planes[None] if flat else planes
     dtype = stack.dtype
+    if stack.shape[0] == 0:  # an empty instance-mask stack (an image without objects)
+        return stack.new_zeros((0, height, width))
     work = stack if dtype in (torch.uint8, torch.int16, torch.float32, torch.float64) else stack.float()
     chunks = []
     for start in range(0, work.shape[0], 4):
@@ -287,6 +334,40 @@ def keep_visible_boxes(
     area_after = box_width * box_height
     keep = (box_width >= min_size) & (box_height >= min_size) & (area_after >= min_visible * area_before.clamp(min=1e-9))
     return clipped[keep], classes[keep]
+
+
+def boxes_from_masks(masks: torch.Tensor) -> torch.Tensor:
+    """The tight xyxy box (pixel edges: a one-pixel mask at column 3 spans x 3..4) of each plane of an
+    ``n×H×W`` mask stack; an empty plane gets the empty box ``0, 0, 0, 0``."""
+    from torchvision.ops import masks_to_boxes
+
+    boxes = torch.zeros((len(masks), 4), dtype=torch.float32)
+    present = masks.flatten(1).bool().any(dim=1) if len(masks) else torch.zeros(0, dtype=torch.bool)
+    if present.any():
+        tight = masks_to_boxes(masks[present].bool())
+        boxes[present] = tight + torch.tensor([0.0, 0.0, 1.0, 1.0])
+    return boxes
+
+
+def keep_visible_instances(
+    boxes: torch.Tensor,
+    classes: torch.Tensor,
+    masks: torch.Tensor,
+    min_size: float = 2.0,
+    min_visible: float = 0.1,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Objects after the geometric transforms: each box re-derived from its ``H×W`` mask plane (its tight box),
+    dropping the objects whose mask vanished, whose box is under ``min_size`` pixels, or whose box kept less
+    than ``min_visible`` of the area of its transformed, unclipped ``boxes`` row (``keep_visible_boxes``'s rule)."""
+    reference = boxes.as_subclass(torch.Tensor).float().reshape(-1, 4)
+    masks = masks.as_subclass(torch.Tensor)
+    if not (len(reference) == len(classes) == len(masks)):
+        raise ValueError(f"got {len(reference)} boxes, {len(classes)} classes and {len(masks)} masks; give one of each per object")
+    tight = boxes_from_masks(masks)
+    area_before = (reference[:, 2] - reference[:, 0]).clamp(min=0) * (reference[:, 3] - reference[:, 1]).clamp(min=0)
+    box_width, box_height = tight[:, 2] - tight[:, 0], tight[:, 3] - tight[:, 1]
+    keep = (box_width >= min_size) & (box_height >= min_size) & (box_width * box_height >= min_visible * area_before.clamp(min=1e-9))
+    return tight[keep], classes[keep], masks[keep]
 
 
 def apply_v2(transform: Any, image: torch.Tensor, *others: Any) -> tuple[Any, ...]:

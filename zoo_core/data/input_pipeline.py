@@ -102,8 +102,9 @@ def fit_to_input(
     mask: torch.Tensor | None = None,
     mask_fill: int = 255,
 ) -> tuple[torch.Tensor, torch.Tensor | None, RatioPad]:
-    """``image`` (uint8 ``3×H×W``) as the network input of ``size``, a class-index ``mask`` brought along
-    (nearest, padding filled with ``mask_fill``), and the geometry (module docstring)."""
+    """``image`` (uint8 ``3×H×W``) as the network input of ``size``, a ``mask`` brought along (an ``H×W``
+    class-index mask or an ``n×H×W`` stack of instance masks: nearest, padding filled with ``mask_fill``),
+    and the geometry (module docstring)."""
     height, width = int(image.shape[-2]), int(image.shape[-1])
     target_h, target_w = image_size_hw(size)
     in_float = pipeline.resize_in_float
@@ -124,7 +125,7 @@ def fit_to_input(
         top, left = int(round((new_h - target_h) / 2.0)), int(round((new_w - target_w) / 2.0))
         cropped = resized[:, top:top + target_h, left:left + target_w]
         if mask is not None:
-            mask = _nearest(mask, (new_h, new_w))[top:top + target_h, left:left + target_w]
+            mask = _nearest(mask, (new_h, new_w))[..., top:top + target_h, left:left + target_w]
         return cropped, mask, ((new_w / width, new_h / height), (float(-left), float(-top)))
     ratio, (new_h, new_w), (left, top) = letterbox_geometry((height, width), size, pipeline)
     resized = resize_pixels(image, (new_h, new_w), pipeline.interpolation, in_float=in_float)
@@ -132,16 +133,20 @@ def fit_to_input(
     canvas = torch.full((3, target_h, target_w), fill, dtype=resized.dtype)
     canvas[:, top:top + new_h, left:left + new_w] = resized
     if mask is not None:
-        padded = torch.full((target_h, target_w), mask_fill, dtype=mask.dtype)
-        padded[top:top + new_h, left:left + new_w] = _nearest(mask, (new_h, new_w))
+        padded = torch.full((*mask.shape[:-2], target_h, target_w), mask_fill, dtype=mask.dtype)
+        padded[..., top:top + new_h, left:left + new_w] = _nearest(mask, (new_h, new_w))
         mask = padded
     return canvas, mask, ((ratio, ratio), (float(left), float(top)))
 
 
 def _nearest(mask: torch.Tensor | None, size_hw: tuple[int, int]) -> torch.Tensor | None:
-    """A class-index ``mask`` resized to ``size_hw`` by nearest neighbour (None stays None)."""
+    """A class-index ``mask`` (or an ``n×H×W`` stack, plane by plane) resized to ``size_hw`` by nearest neighbour
+    (None stays None)."""
     if mask is None or tuple(mask.shape[-2:]) == tuple(size_hw):
         return mask
+    if mask.ndim == 3:  # instance masks: OpenCV's nearest on each plane, the same pixels as a class mask gets
+        resized = [_nearest(plane, size_hw) for plane in mask]
+        return torch.stack(resized) if resized else mask.new_zeros((0, *size_hw))
     import cv2
 
     values = mask.numpy()

@@ -1,4 +1,5 @@
-"""Drawing on images: class colours, captions sized to the picture, boxes, masks and batch grids.
+"""Drawing on images: class colours, captions sized to the picture, boxes, masks (class maps and translucent,
+outlined instance masks) and batch grids.
 
 Images are uint8 ``3×H×W`` RGB tensors (what the tasks load); ``image_grid`` and ``save_image``
 turn them into the JPEG/PNG files people open. torchvision's ``draw_*`` utilities do the drawing.
@@ -16,6 +17,7 @@ import torch
 __all__ = [
     "class_colour", "drawing_sizes", "caption_font", "as_numpy_image", "draw_boxes", "draw_mask", "draw_caption",
     "image_grid", "save_image", "as_uint8_images", "draw_box_batch", "draw_captioned_batch", "IMAGES_PER_GRID",
+    "draw_instance_masks", "mask_outlines", "draw_instance_batch",
 ]
 
 IMAGES_PER_GRID = 16
@@ -90,6 +92,45 @@ def draw_mask(image: torch.Tensor, mask: torch.Tensor, alpha: float = 0.5, ignor
     return draw_segmentation_masks(image, masks, alpha=alpha, colors=[class_colour(value) for value in present])
 
 
+def mask_outlines(mask: torch.Tensor | np.ndarray) -> list[np.ndarray]:
+    """The outer contours of an ``H×W`` mask (OpenCV ``findContours``), each a ``k×2`` int32 array of ``x, y`` pixels."""
+    import cv2
+
+    planes = mask.detach().cpu().numpy() if isinstance(mask, torch.Tensor) else np.asarray(mask)
+    contours, _ = cv2.findContours(np.ascontiguousarray(planes.astype(np.uint8)), cv2.RETR_EXTERNAL, cv2.CHAIN_APPROX_SIMPLE)
+    return [contour.reshape(-1, 2) for contour in contours]
+
+
+def draw_instance_masks(
+    image: torch.Tensor,
+    masks: torch.Tensor,
+    labels: Sequence[int],
+    alpha: float = 0.4,
+    line_width: int | None = None,
+) -> torch.Tensor:
+    """``image`` with each of the ``n×H×W`` instance ``masks`` filled translucently in its class colour and outlined in it.
+
+    Drawn in order, so a later object covers an earlier one where they overlap; boxes and captions go on top
+    (``draw_boxes``).
+    """
+    import cv2
+    from torchvision.utils import draw_segmentation_masks
+
+    labels = [int(label) for label in labels]
+    masks = masks.detach().cpu().bool()
+    if not labels or not len(masks):
+        return image
+    colours = [class_colour(label) for label in labels]
+    filled = draw_segmentation_masks(image.cpu(), masks, alpha=alpha, colors=colours)
+    canvas = np.ascontiguousarray(as_numpy_image(filled))
+    _, line = drawing_sizes((int(image.shape[-2]), int(image.shape[-1])))
+    for mask, colour in zip(masks, colours):
+        outlines = mask_outlines(mask)
+        if outlines:
+            cv2.polylines(canvas, [outline.reshape(-1, 1, 2) for outline in outlines], True, colour, line_width or line)
+    return torch.from_numpy(canvas).permute(2, 0, 1).contiguous()
+
+
 def draw_caption(image: torch.Tensor, lines: Sequence[str], colour: tuple[int, int, int] = (0, 0, 0)) -> torch.Tensor:
     """``image`` with ``lines`` written top-left, white on a filled ``colour`` box, sized to the image."""
     from PIL import Image, ImageDraw, ImageFont
@@ -150,6 +191,23 @@ def draw_box_batch(images: torch.Tensor, rows: torch.Tensor, names: Mapping[int,
         mine = rows[rows[:, 0] == position]
         scores = mine[:, 6].tolist() if mine.shape[1] > 6 else None
         drawn.append(draw_boxes(image, mine[:, 2:6], mine[:, 1].long().tolist(), names, scores=scores))
+    return image_grid(drawn)
+
+
+def draw_instance_batch(images: torch.Tensor, rows: torch.Tensor, masks: torch.Tensor, names: Mapping[int, str]) -> torch.Tensor:
+    """``draw_box_batch`` with each row's mask drawn under its box: ``masks`` is ``M×H×W`` (row i the mask of ``rows``
+    row i, in input pixels), a segment batch's ``masks``."""
+    images = as_uint8_images(images[:IMAGES_PER_GRID])
+    rows = rows.detach().float().cpu()
+    masks = masks.detach().cpu()
+    drawn = []
+    for position, image in enumerate(images):
+        mine = rows[:, 0] == position
+        picked = rows[mine]
+        scores = picked[:, 6].tolist() if picked.shape[1] > 6 else None
+        labels = picked[:, 1].long().tolist()
+        with_masks = draw_instance_masks(image, masks[mine], labels) if len(masks) == len(rows) else image
+        drawn.append(draw_boxes(with_masks, picked[:, 2:6], labels, names, scores=scores))
     return image_grid(drawn)
 
 

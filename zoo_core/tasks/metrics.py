@@ -35,10 +35,24 @@ def _first_occurrence_order(indices: Sequence[int]) -> list[int]:
     return [seen[index] for index in sorted(seen)]
 
 
+def _to_cpu(item: Any) -> Any:
+    """A per-image state on the CPU for gathering: tensors moved, RLE tuples as they are."""
+    return item.detach().cpu() if isinstance(item, torch.Tensor) else item
+
+
+def _to_device(item: Any, device: torch.device) -> Any:
+    """A gathered per-image state back on the metric's device (RLE tuples stay Python objects)."""
+    return item.to(device) if isinstance(item, torch.Tensor) else item
+
+
 class OrderedMeanAveragePrecision(MeanAveragePrecision):
     """COCO box mAP (torchmetrics, COCO's 1/10/100 detections per image) over images put in dataset order.
 
-    ``update(preds, target, indices)``: ``indices`` are the dataset indices of the images.
+    ``update(preds, target, indices)``: ``indices`` are the dataset indices of the images. With
+    ``iou_type=("bbox", "segm")`` (the segment task) predictions and targets also carry ``masks``
+    (n×H×W bool) and targets ``iscrowd``; each mask is held as its COCO RLE from ``update`` on, and
+    gathered across ranks as such, so validation memory grows with the objects, not the pixels.
+    Metric keys then carry the ``bbox_`` and ``segm_`` prefixes.
     """
 
     def __init__(self, **kwargs: Any) -> None:
@@ -65,11 +79,13 @@ class OrderedMeanAveragePrecision(MeanAveragePrecision):
 
         group = process_group or self.process_group
         names = self._list_states()
-        local = {name: [tensor.detach().cpu() for tensor in getattr(self, name)] for name in names}
+        # Mask states are tuples of COCO RLEs (torchmetrics encodes each mask on update): they travel as they are, a few
+        # bytes per object, never as dense masks.
+        local = {name: [_to_cpu(item) for item in getattr(self, name)] for name in names}
         gathered: list[Any] = [None] * dist.get_world_size(group)
         dist.all_gather_object(gathered, local, group=group)
         for name in names:
-            setattr(self, name, [tensor.to(self.device) for part in gathered for tensor in part[name]])
+            setattr(self, name, [_to_device(item, self.device) for part in gathered for item in part[name]])
 
     def compute(self) -> dict[str, torch.Tensor]:
         """COCO metrics over every image seen (by all ranks), in dataset order."""

@@ -7,7 +7,8 @@ RGB tensor), ``path`` (the file, or ``None`` for in-memory images), ``name``, ``
 (a table) and ``orig_img`` (``H×W×3`` RGB array). ``save_path`` is set when ``predict(save=True)``
 wrote the drawing, ``save_dir`` when predict wrote anything for it (the drawing, ``labels/``, ``crops/``). Detection's ``boxes`` and classification's ``probs`` are tensors that also
 offer Ultralytics' views (``boxes.xyxy``, ``boxes.xywh``, ``boxes.conf``, ``boxes.cls``,
-``probs.top1``, ``probs.top5``...).
+``probs.top1``, ``probs.top5``...); instance segmentation's ``masks`` offers ``masks.data``
+(n×H×W bool at the original size), ``masks.xy`` and ``masks.xyn`` (one polygon per object).
 """
 
 from __future__ import annotations
@@ -20,11 +21,13 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from zoo_core.reports.drawing import as_numpy_image, class_colour, draw_boxes, draw_caption, draw_mask
+from zoo_core.reports.drawing import (
+    as_numpy_image, class_colour, draw_boxes, draw_caption, draw_instance_masks, draw_mask, mask_outlines,
+)
 
 __all__ = [
-    "Result", "DetectionResult", "PointsResult", "ClassificationResult", "SegmentationResult", "RestorationResult", "Boxes",
-    "Probs",
+    "Result", "DetectionResult", "InstanceSegmentationResult", "PointsResult", "ClassificationResult", "SegmentationResult",
+    "RestorationResult", "Boxes", "Masks", "Probs",
 ]
 
 
@@ -75,6 +78,58 @@ class Boxes(torch.Tensor):
     def cls(self) -> torch.Tensor:
         """The detections' class indices, as floats (Ultralytics' convention; ``labels`` has them as int64)."""
         return self._labels.float()
+
+
+class Masks:
+    """An instance segmentation result's masks, as Ultralytics users know them: ``data`` (``n×H×W`` bool at the
+    original image size, row i the mask of box i), ``xy`` (one ``k×2`` float32 polygon per mask, in pixels) and
+    ``xyn`` (the polygons divided by the image's width and height).
+
+    A mask's polygon is its largest outer contour (OpenCV ``findContours``; the one with the most points, as
+    Ultralytics' ``masks2segments`` picks with its ``largest`` strategy); an empty mask has a ``0×2`` polygon.
+    """
+
+    def __init__(self, data: torch.Tensor) -> None:
+        if data.ndim != 3:
+            raise ValueError(f"masks must be n×H×W, got a tensor of shape {tuple(data.shape)}")
+        self.data = data.detach().cpu().bool()
+        self._xy: list[np.ndarray] | None = None
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    @property
+    def shape(self) -> torch.Size:
+        """``(n, H, W)``."""
+        return self.data.shape
+
+    def __getitem__(self, index: Any) -> "Masks":
+        """The masks picked by ``index`` (a boolean or integer selection of rows)."""
+        picked = self.data[index]
+        return Masks(picked if picked.ndim == 3 else picked[None])
+
+    @property
+    def xy(self) -> list[np.ndarray]:
+        """One ``k×2`` float32 ``x, y`` polygon per mask, in original-image pixels."""
+        if self._xy is None:
+            polygons = []
+            for mask in self.data:
+                outlines = mask_outlines(mask)
+                largest = max(outlines, key=len) if outlines else np.zeros((0, 2))
+                polygons.append(largest.astype(np.float32))
+            self._xy = polygons
+        return self._xy
+
+    @property
+    def xyn(self) -> list[np.ndarray]:
+        """``xy`` divided by the image's width and height."""
+        height, width = int(self.data.shape[-2]), int(self.data.shape[-1])
+        scale = np.array([width, height], dtype=np.float32)
+        return [polygon / scale for polygon in self.xy]
+
+    def __repr__(self) -> str:
+        """``Masks(n=2, shape=480×640)``."""
+        return f"Masks(n={len(self)}, shape={self.data.shape[-2]}×{self.data.shape[-1]})"
 
 
 class Probs(torch.Tensor):
@@ -289,6 +344,65 @@ class DetectionResult(LabelledItemsResult):
             Image.fromarray(image[y1:y2, x1:x2]).save(path)
             written.append(path)
         return written
+
+
+@dataclass(repr=False)
+class InstanceSegmentationResult(DetectionResult):
+    """A detection result whose every box has a mask: ``masks`` (a ``Masks``: ``.data`` ``n×H×W`` bool at the
+    original size, ``.xy``/``.xyn`` polygons), given as an ``n×H×W`` bool tensor."""
+
+    task: ClassVar[str] = "segment"
+    masks: Any = field(default_factory=lambda: torch.zeros(0, 0, 0, dtype=torch.bool))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        data = self.masks.data if isinstance(self.masks, Masks) else torch.as_tensor(self.masks)
+        if data.numel() == 0 and len(self.labels) == 0:
+            data = torch.zeros((0, *self.orig_shape), dtype=torch.bool)
+        if data.ndim != 3 or len(data) != len(self.labels) or tuple(data.shape[-2:]) != self.orig_shape:
+            raise ValueError(
+                f"an instance segmentation result needs one mask of the image's size {self.orig_shape} per box; got masks of "
+                f"shape {tuple(data.shape)} for {len(self.labels)} boxes"
+            )
+        self.masks = self.masks if isinstance(self.masks, Masks) else Masks(data)
+
+    def keep_classes(self, classes: "list[int]") -> "InstanceSegmentationResult":
+        """A copy holding only the objects (boxes and their masks) whose class index is in ``classes``."""
+        keep = torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype))
+        return dataclasses.replace(self, boxes=self.boxes.xyxy[keep], scores=self.scores[keep], labels=self.labels[keep],
+                                   masks=self.masks.data[keep])
+
+    def plot(self, line_width: int | None = None, alpha: float = 0.4) -> np.ndarray:
+        """Each object's mask filled translucently (``alpha``) in its class colour and outlined, under its box and
+        ``name score`` caption; ``line_width`` (pixels) sets the lines' width instead of the one chosen for the image."""
+        filled = draw_instance_masks(self.orig_image, self.masks.data, self.labels.tolist(), alpha=alpha, line_width=line_width)
+        drawn = draw_boxes(filled, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist(),
+                           line_width=line_width)
+        return as_numpy_image(drawn)
+
+    def _repr_contents(self) -> str:
+        """``boxes=3, masks=3``."""
+        return f"{super()._repr_contents()}, masks={len(self.masks)}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The detection's boxes, scores and classes, plus each mask's polygon (``polygons``: lists of ``[x, y]`` pixels)."""
+        return {**super().to_dict(), "polygons": [polygon.tolist() for polygon in self.masks.xy]}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per object: the detection's columns plus its polygon (a list of ``[x, y]`` pixels)."""
+        return [{**row, "polygon": polygon.tolist()} for row, polygon in zip(super().rows(), self.masks.xy)]
+
+    def yolo_lines(self, save_conf: bool = False) -> list[str]:
+        """One line per object in the YOLO segmentation label format: ``class x1 y1 x2 y2 ...`` (its polygon, normalised
+        to the image), then the score with ``save_conf``; numbers as ``%g``. An object whose mask has no polygon of three
+        points or more (it vanished at the original size) gets no line: a line without a polygon is no label."""
+        lines = []
+        for label, polygon, score in zip(self.labels.tolist(), self.masks.xyn, self.scores.tolist()):
+            if len(polygon) < 3:
+                continue
+            values = (label, *polygon.reshape(-1).tolist(), score) if save_conf else (label, *polygon.reshape(-1).tolist())
+            lines.append(" ".join(f"{value:g}" for value in values))
+        return lines
 
 
 @dataclass(repr=False)
