@@ -142,3 +142,49 @@ def test_two_processes_generating_at_once_end_with_one_complete_copy(tmp_path: P
     reference = materialize_shapes(ShapesConfig(num_train=24, num_val=8, image_size=96, seed=5), cache=tmp_path / "reference")
     assert digest_tree(Path(paths[0])) == digest_tree(reference)
     assert [path.name for path in (tmp_path / "cache" / "datasets").iterdir()] == [Path(paths[0]).name]
+
+
+def test_segment_polygons_rasterise_to_the_true_visible_masks(tmp_path: Path):
+    from zoo_core.data.instance_readers import index_instance_split
+
+    config = ShapesConfig(num_train=24, num_val=3, image_size=96, seed=0)
+    root = materialize_shapes(config, cache=tmp_path)
+    spec = get_task("detect").prepare(str(root / "segment.yaml"))
+    records = index_instance_split(spec.train, spec.names)
+    assert [record.image.name for record in records] == [f"{index:06d}.png" for index in range(config.num_train)]
+    ious, split_objects = [], 0
+    for index, record in enumerate(records):
+        scene = render_scene(np.random.default_rng([config.seed, 0, index]), config.image_size)
+        assert record.labels[:, 0].astype(int).tolist() == scene.classes
+        for object_index, shape in enumerate(record.shapes):
+            truth = scene.instance_mask(object_index)
+            drawn = shape.rasterise(config.image_size, config.image_size)
+            ious.append((drawn & truth).sum() / (drawn | truth).sum())
+            np.testing.assert_allclose(record.labels[object_index, 1:] * config.image_size, scene.boxes[object_index], atol=0.5)
+            import cv2
+
+            split_objects += cv2.connectedComponents(truth.astype(np.uint8))[0] > 2
+    assert min(ious) >= 0.95, sorted(ious)[:5]
+    # the detect labels stay box lines: segment labels live in their own folder
+    assert len((root / "labels" / "train" / "000000.txt").read_text().splitlines()[0].split()) == 5
+    assert (root / "segment" / "images" / "train" / "000000.png").read_bytes() == (root / "images" / "train" / "000000.png").read_bytes()
+
+
+def test_coco_json_of_shapes_holds_the_exact_visible_masks(tmp_path: Path):
+    import json
+
+    from pycocotools import mask as mask_utils
+
+    root = materialize_shapes(SMALL, cache=tmp_path)
+    coco = json.loads((root / "coco" / "instances_val.json").read_text())
+    assert [category["name"] for category in coco["categories"]] == list(SHAPES_CLASSES)
+    assert [image["file_name"] for image in coco["images"]] == [f"{index:06d}.png" for index in range(SMALL.num_val)]
+    for image in coco["images"]:
+        scene = render_scene(np.random.default_rng([SMALL.seed, 1, image["id"] - 1]), SMALL.image_size)
+        annotations = [annotation for annotation in coco["annotations"] if annotation["image_id"] == image["id"]]
+        assert [annotation["category_id"] - 1 for annotation in annotations] == scene.classes
+        for object_index, annotation in enumerate(annotations):
+            decoded = mask_utils.decode(annotation["segmentation"]).astype(bool)
+            np.testing.assert_array_equal(decoded, scene.instance_mask(object_index))
+            x, y, width, height = annotation["bbox"]
+            assert (x, y, x + width, y + height) == scene.boxes[object_index] and annotation["area"] == decoded.sum()

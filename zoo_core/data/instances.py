@@ -18,7 +18,7 @@ import numpy as np
 
 from zoo_core.data.yolo_format import DetectionRecord
 
-__all__ = ["InstanceShape", "InstanceRecord", "polygons_box"]
+__all__ = ["InstanceShape", "InstanceRecord", "polygons_box", "mask_outline"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +72,39 @@ def polygons_box(polygons: tuple[np.ndarray, ...] | list[np.ndarray]) -> np.ndar
     """The ``x1, y1, x2, y2`` box (float32, same units as the points) around every point of ``polygons``."""
     points = np.concatenate([np.asarray(polygon, dtype=np.float32).reshape(-1, 2) for polygon in polygons])
     return np.concatenate([points.min(axis=0), points.max(axis=0)]).astype(np.float32)
+
+
+def _closest_points(ring: np.ndarray, piece: np.ndarray) -> tuple[int, int]:
+    """The indices of the closest pair of points, one of ``ring`` and one of ``piece``."""
+    distances = ((ring[:, None, :] - piece[None, :, :]) ** 2).sum(axis=-1)
+    first, second = np.unravel_index(int(np.argmin(distances)), distances.shape)
+    return int(first), int(second)
+
+
+def mask_outline(mask: np.ndarray) -> np.ndarray | None:
+    """One polygon (k×2 float32 ``x, y`` in pixels) whose COCO rasterisation is ``mask`` (H×W bool), or ``None`` if empty.
+
+    The outline is traced (OpenCV ``findContours``) on the mask upsampled twice, so its points lie a quarter
+    pixel inside the pixel edges and pycocotools' rasterisation gives the pixels back. An object in several
+    pieces, or with holes (an occluder inside it), becomes one ring: each further piece or hole is joined to
+    the ring by a zero-width bridge between their closest points, as Ultralytics' COCO converter merges an
+    object's segments (YOLO's format holds one polygon per object); the bridges cover no area.
+    """
+    import cv2
+
+    upsampled = np.kron(np.asarray(mask, dtype=np.uint8), np.ones((2, 2), dtype=np.uint8))
+    contours, _ = cv2.findContours(upsampled, cv2.RETR_CCOMP, cv2.CHAIN_APPROX_SIMPLE)
+    rings = [(contour.reshape(-1, 2).astype(np.float64) + 0.5) / 2 for contour in contours if len(contour) >= 1]
+    if not rings:
+        return None
+    rings.sort(key=len, reverse=True)
+    outline = rings[0]
+    for piece in rings[1:]:
+        at, start = _closest_points(outline, piece)
+        rotated = np.roll(piece, -start, axis=0)
+        # out along the bridge, round the piece back to its first point, and back along the bridge
+        outline = np.concatenate([outline[: at + 1], rotated, rotated[:1], outline[at:]])
+    if len(outline) < 3:  # a single pixel traces to fewer points: give its square
+        x, y = outline.min(axis=0)
+        outline = np.array([[x, y], [x + 0.5, y], [x + 0.5, y + 0.5], [x, y + 0.5]])
+    return outline.astype(np.float32)

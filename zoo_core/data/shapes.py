@@ -4,7 +4,8 @@ Each scene is a textured background (a colour gradient with stripes, a checkerbo
 plus sensor-like noise) with 1-4 objects of the classes ``circle``, ``square``, ``triangle`` and
 ``cross`` in varied sizes, colours, rotations and positions, overlapping a little (every object
 keeps at least 60% of its pixels visible). Boxes are the exact extent of each object's visible
-pixels; the semantic mask is the exact class of every pixel.
+pixels; the semantic mask is the exact class of every pixel; an object's instance mask is exactly its
+visible pixels.
 
 The dataset is written once into the cache, ``$ZOO_HOME/datasets/<name>/``, in the standard
 on-disk formats, so the ordinary loaders read it::
@@ -13,7 +14,16 @@ on-disk formats, so the ordinary loaders read it::
     labels/{train,val}/000000.txt          YOLO labels: class cx cy w h (normalised)
     masks/{train,val}/000000.png           class index per pixel (0 = background)
     classify/{train,val}/<class>/*.png     one crop per object
-    detect.yaml  semantic.yaml  restore.yaml  shapes.json
+    segment/images/{train,val}/000000.png  the same scenes (hard links, copies where links fail)
+    segment/labels/{train,val}/000000.txt  YOLO-seg labels: class x1 y1 ... xk yk (normalised), one object a line
+    coco/instances_{train,val}.json        COCO instance JSON of the same objects: exact RLE masks, images/{split}
+    detect.yaml  segment.yaml  coco.yaml  semantic.yaml  restore.yaml  shapes.json
+
+A segment label's polygon is the outline of the object's visible pixels (``zoo_core.data.instances.mask_outline``):
+an object cut in pieces by an occluder, or holding one, is one ring whose pieces and holes are joined by
+zero-width bridges (Ultralytics' converter merges an object's segments the same way), so the polygon
+rasterises back to the visible pixels up to rounding at the edges. The COCO file's ``segmentation`` is the
+exact visible mask as a compressed RLE, its ``bbox`` the visible extent, and its category ids are 1..4.
 
 Spelling: ``data="shapes"`` (the default size) or ``"shapes:train=256,val=64,size=192,seed=3"``
 (any subset of the keys); ``shapes(num_train=..., ...)`` returns that string from Python.
@@ -51,7 +61,7 @@ __all__ = [
 
 SHAPES_CLASSES = ("circle", "square", "triangle", "cross")
 # Bump when the rendering changes, so caches written by an older generator are not reused.
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 _SPLIT_CODES = {"train": 0, "val": 1}
 _SPELLING_KEYS = {"train": "num_train", "val": "num_val", "size": "image_size", "seed": "seed"}
 _MIN_VISIBLE_FRACTION = 0.6
@@ -125,12 +135,20 @@ def parse_shapes(data: Any) -> ShapesConfig | None:
 
 @dataclass
 class Scene:
-    """One rendered scene: RGB pixels, the class map (0 = background, c + 1 = class c) and the objects."""
+    """One rendered scene: RGB pixels, the class map (0 = background, c + 1 = class c), the instance map
+    (-1 = background, i = object i) and the objects."""
 
     image: np.ndarray  # H×W×3 uint8
     class_map: np.ndarray  # H×W uint8
     classes: list[int]
     boxes: list[tuple[int, int, int, int]]  # x1, y1, x2, y2 pixel edges of the visible pixels
+    instance_map: np.ndarray | None = None  # H×W int16
+
+    def instance_mask(self, index: int) -> np.ndarray:
+        """The visible pixels of object ``index`` (H×W bool)."""
+        if self.instance_map is None:
+            raise ValueError("this scene was built without an instance map")
+        return self.instance_map == index
 
 
 def _background(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -242,7 +260,7 @@ def render_scene(rng: np.random.Generator, size: int) -> Scene:
         class_map[visible] = class_id + 1
         rows, columns = np.nonzero(visible)
         boxes.append((int(columns.min()), int(rows.min()), int(columns.max()) + 1, int(rows.max()) + 1))
-    return Scene(image=pixels, class_map=class_map, classes=classes, boxes=boxes)
+    return Scene(image=pixels, class_map=class_map, classes=classes, boxes=boxes, instance_map=owner)
 
 
 def _crop_box(box: tuple[int, int, int, int], size: int) -> tuple[int, int, int, int]:
@@ -261,31 +279,80 @@ def _write_yaml(path: Path, content: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(content, sort_keys=False), encoding="utf-8")
 
 
+def _link_or_copy(source: Path, target: Path) -> None:
+    """``target`` as a hard link to ``source`` (no second copy of the pixels), a copy where links fail."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copyfile(source, target)
+
+
+def _polygon_line(class_id: int, mask: np.ndarray) -> str:
+    """The YOLO-seg label line of one object's visible ``mask``."""
+    from zoo_core.data.instances import mask_outline
+
+    height, width = mask.shape
+    outline = mask_outline(mask)
+    if outline is None:  # cannot happen for a rendered object (it keeps most of its pixels); kept explicit
+        raise ValueError("an object without visible pixels")
+    normalised = np.clip(outline / np.array([width, height], dtype=np.float32), 0.0, 1.0)
+    return f"{class_id} " + " ".join(f"{value:.6f}" for value in normalised.reshape(-1))
+
+
+def _coco_annotation(annotation_id: int, image_id: int, class_id: int, mask: np.ndarray, box: tuple[int, int, int, int]) -> dict[str, Any]:
+    """The COCO annotation of one object: its exact visible mask as a compressed RLE."""
+    from pycocotools import mask as mask_utils
+
+    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    x1, y1, x2, y2 = box
+    return {
+        "id": annotation_id, "image_id": image_id, "category_id": class_id + 1, "iscrowd": 0,
+        "bbox": [x1, y1, x2 - x1, y2 - y1], "area": int(mask.sum()),
+        "segmentation": {"size": [int(value) for value in rle["size"]], "counts": rle["counts"].decode("ascii")},
+    }
+
+
 def write_shapes(config: ShapesConfig, root: Path) -> None:
     """Render every scene of ``config`` into ``root`` (an empty folder) in the on-disk formats."""
     from PIL import Image
 
     size = config.image_size
+    categories = [{"id": index + 1, "name": name, "supercategory": "shape"} for index, name in enumerate(SHAPES_CLASSES)]
     for split, count in (("train", config.num_train), ("val", config.num_val)):
-        for kind in ("images", "labels", "masks"):
+        for kind in ("images", "labels", "masks", "segment/images", "segment/labels"):
             (root / kind / split).mkdir(parents=True)
+        (root / "coco").mkdir(exist_ok=True)
+        coco_images: list[dict[str, Any]] = []
+        coco_annotations: list[dict[str, Any]] = []
         for name in SHAPES_CLASSES:
             (root / "classify" / split / name).mkdir(parents=True)
         for index in range(count):
             scene = render_scene(np.random.default_rng([config.seed, _SPLIT_CODES[split], index]), size)
             stem = f"{index:06d}"
             Image.fromarray(scene.image).save(root / "images" / split / f"{stem}.png", compress_level=1)
+            _link_or_copy(root / "images" / split / f"{stem}.png", root / "segment" / "images" / split / f"{stem}.png")
             Image.fromarray(scene.class_map).save(root / "masks" / split / f"{stem}.png", compress_level=1)
-            lines = []
+            image_id = index + 1
+            coco_images.append({"id": image_id, "file_name": f"{stem}.png", "height": size, "width": size})
+            lines, polygon_lines = [], []
             for object_index, (class_id, box) in enumerate(zip(scene.classes, scene.boxes)):
                 x1, y1, x2, y2 = box
                 lines.append(f"{class_id} {(x1 + x2) / 2 / size:.6f} {(y1 + y2) / 2 / size:.6f} {(x2 - x1) / size:.6f} {(y2 - y1) / size:.6f}")
+                visible = scene.instance_mask(object_index)
+                polygon_lines.append(_polygon_line(class_id, visible))
+                coco_annotations.append(_coco_annotation(len(coco_annotations) + 1, image_id, class_id, visible, box))
                 left, top, right, bottom = _crop_box(box, size)
                 crop = Image.fromarray(scene.image[top:bottom, left:right])
                 crop.save(root / "classify" / split / SHAPES_CLASSES[class_id] / f"{stem}_{object_index}.png", compress_level=1)
             (root / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+            (root / "segment" / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in polygon_lines), encoding="utf-8")
+        coco = {"images": coco_images, "annotations": coco_annotations, "categories": categories}
+        (root / "coco" / f"instances_{split}.json").write_text(json.dumps(coco, separators=(",", ":")) + "\n", encoding="utf-8")
     detection_names = dict(enumerate(SHAPES_CLASSES))
     _write_yaml(root / "detect.yaml", {"path": ".", "train": "images/train", "val": "images/val", "names": detection_names})
+    _write_yaml(root / "segment.yaml", {"path": ".", "train": "segment/images/train", "val": "segment/images/val", "names": detection_names})
+    # No names: a COCO-JSON dataset takes them from the file's categories (ids in sorted order).
+    _write_yaml(root / "coco.yaml", {"path": ".", "train": "coco/instances_train.json", "val": "coco/instances_val.json"})
     _write_yaml(
         root / "semantic.yaml",
         {

@@ -1,7 +1,10 @@
 """Object detection: YOLO-format datasets, mosaic/affine/HSV/flip augmentation, COCO box mAP.
 
-Data: a dataset YAML in the Ultralytics convention (``zoo_core.data.yolo_format``), or
-``"shapes"``. Samples are fitted to ``image_size×image_size`` by the family's input pipeline
+Data: a dataset YAML in the Ultralytics convention (``zoo_core.data.yolo_format``), a dataset YAML
+whose ``train``/``val`` name COCO instance JSON files (``names`` optional: the categories' otherwise), a
+COCO annotations JSON or a folder in COCO's layout (``zoo_core.data.coco_format``), or ``"shapes"``.
+COCO's ``iscrowd`` boxes are left out of detection training and validation (COCO's evaluation would
+ignore detections on them instead; leaving them out counts such detections as false positives). Samples are fitted to ``image_size×image_size`` by the family's input pipeline
 (``zoo_core/data/input_pipeline.py``: a letterbox or a stretch, as its published weights expect);
 training adds mosaic, random affine, horizontal flip and HSV jitter as ``AugmentSettings`` says.
 
@@ -44,7 +47,13 @@ from zoo_core.data.errors import DatasetError, ProblemReport
 from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import boxes_to_input, boxes_to_original, fit_to_input
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
-from zoo_core.data.yolo_format import DetectionRecord, index_detection_split, label_path_for, read_detection_yaml
+from zoo_core.data.yolo_format import (
+    DetectionRecord,
+    DetectionYaml,
+    index_detection_split,
+    label_path_for,
+    read_detection_yaml,
+)
 from zoo_core.ops.boxes import ImagePlacement
 from zoo_core.registry import InputPipeline
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device, unwrap_model
@@ -195,9 +204,11 @@ def _resolve_yaml(data: str | Path) -> Path:
         for name in ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml"):
             if (path / name).is_file():
                 return path / name
-        raise DatasetError(f"{path} is a folder without data.yaml; give the dataset YAML (path/train/val/names)")
+        raise DatasetError(f"{path} is a folder without data.yaml (or COCO's annotations/instances_*.json); "
+                           "give the dataset YAML (path/train/val/names)")
     if path.suffix.lower() not in YAML_SUFFIXES:
-        raise DatasetError(f"detection data {str(data)!r} must be a dataset YAML (.yaml), a folder holding data.yaml, or 'shapes'")
+        raise DatasetError(f"detection data {str(data)!r} must be a dataset YAML (.yaml), a folder holding data.yaml, "
+                           "a COCO annotations .json, or 'shapes'")
     if not path.is_file():
         raise DatasetError(f"detection dataset YAML {path} does not exist; check the path")
     return path
@@ -220,6 +231,8 @@ class DetectTask(Task):
     # Boxes have classes to keep, YOLO label lines to write, regions to crop and lines to draw.
     predict_options = frozenset({"classes", "save_txt", "save_conf", "save_crop", "line_width"})
     default_input_pipeline = InputPipeline(resize="letterbox")  # LibreYOLO's YOLO letterbox: top-left, OpenCV bilinear
+    #: Which YAML of the built-in shapes dataset ``prepare`` reads for ``data="shapes"`` (the segment task: its polygons).
+    shapes_yaml = "detect.yaml"
 
     def __init__(self, conf: float = 0.001, iou: float = 0.7, max_det: int = 300, **declared: Any) -> None:
         super().__init__(**declared)
@@ -227,10 +240,31 @@ class DetectTask(Task):
         self.iou = iou
         self.max_det = max_det
 
-    def prepare(self, data: str | Path) -> DataSpec:
+    def _layout(self, data: str | Path) -> DetectionYaml:
+        """What ``data`` names, resolved: shapes, a COCO JSON or COCO-layout folder, or a dataset YAML (YOLO or COCO splits)."""
+        from zoo_core.data import coco_format
+        from zoo_core.data.dataset_yaml import read_dataset_yaml
+
         shapes_config = parse_shapes(data)
-        yaml_path = materialize_shapes(shapes_config) / "detect.yaml" if shapes_config else _resolve_yaml(data)
-        layout = read_detection_yaml(yaml_path)
+        if shapes_config:
+            yaml_path = materialize_shapes(shapes_config) / self.shapes_yaml
+        else:
+            path = Path(data).expanduser()
+            if path.suffix.lower() == coco_format.COCO_JSON_SUFFIX:
+                return coco_format.coco_json_layout(path)
+            if path.is_dir() and not any((path / name).is_file() for name in ("data.yaml", "dataset.yaml", "data.yml", "dataset.yml")):
+                folder = coco_format.coco_folder_layout(path)
+                if folder is not None:
+                    return folder
+            yaml_path = _resolve_yaml(data)
+        content = read_dataset_yaml(yaml_path)
+        if coco_format.names_coco_json(content):
+            return coco_format.read_coco_yaml(yaml_path, content)
+        return read_detection_yaml(yaml_path)
+
+    def prepare(self, data: str | Path) -> DataSpec:
+        layout = self._layout(data)
+        yaml_path = layout.yaml_path
         for split, entries in layout.splits.items():
             for entry in entries:
                 if not entry.exists():
@@ -247,7 +281,23 @@ class DetectTask(Task):
 
     def dataset(self, spec: DataSpec, split: str, image_size: int, augment: AugmentSettings | None) -> DetectionDataset:
         report = ProblemReport(f"{spec.root} ({split})")
-        records = index_detection_split(list(spec.split(split)), spec.names, what=report.what, report=report)
+        entries = list(spec.split(split))
+        coco_entries = [entry for entry in entries if Path(entry).suffix.lower() == ".json"]
+        yolo_entries = [entry for entry in entries if Path(entry).suffix.lower() != ".json"]
+        records: list[DetectionRecord] = []
+        if yolo_entries:
+            records.extend(index_detection_split(yolo_entries, spec.names, what=report.what, report=report))
+        if coco_entries:
+            from zoo_core.data.coco_format import read_coco_instances
+
+            for entry in coco_entries:
+                for instance in read_coco_instances(Path(entry), spec.names, report, need_shapes=False).records:
+                    # crowd regions are no boxes to learn or to score (see the module docstring)
+                    records.append(DetectionRecord(instance.image, instance.height, instance.width, instance.labels[~instance.crowd]))
+            if not yolo_entries:  # index_detection_split has finished the report otherwise
+                report.finish()
+            if not records:
+                raise DatasetError(f"{report.what}: no usable image in {', '.join(map(str, coco_entries))}; see the warnings above")
         if split == "train" and not any(len(record.labels) for record in records):
             if report.skipped_lines:
                 # The labels were found and read; every line of them was refused. Say so, and why.
