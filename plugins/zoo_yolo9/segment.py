@@ -35,7 +35,7 @@ from torch import nn
 
 from zoo_core.building import BuildRequest
 from zoo_core.data.input_pipeline import logits_to_original
-from zoo_core.losses.detection import YOLO_NOMINAL_BATCH_SIZE, padded_target_rows
+from zoo_core.losses.detection import YOLO_NOMINAL_BATCH_SIZE, target_rows_per_image
 from zoo_core.losses.instance_masks import box_normalised_mask_bce
 from zoo_core.nn.conv import ConvNormAct
 from zoo_core.nn.gelan import GELANSpec
@@ -162,7 +162,7 @@ class YOLOv9Segmenter(YOLOv9):
         input_h, input_w = input_size
         target_masks = downsample_instance_masks(masks.to(prototypes.device), (mask_h, mask_w))
         most_per_image = int(torch.bincount(targets[:, 0].long(), minlength=batch_size).max())
-        rows = padded_target_rows(targets.to(prototypes.device), batch_size, most_per_image)
+        rows = target_rows_per_image(targets.to(prototypes.device), batch_size, most_per_image)
         to_mask_pixels = prototypes.new_tensor([mask_w / input_w, mask_h / input_h, mask_w / input_w, mask_h / input_h])
         for image in range(batch_size):
             anchors = assignment.foreground[image].nonzero(as_tuple=True)[0]

@@ -31,7 +31,7 @@ __all__ = [
     "DetectionLossGains",
     "DetectionLossTerms",
     "pad_targets_per_image",
-    "padded_target_rows",
+    "target_rows_per_image",
     "distribution_focal_loss",
     "TaskAlignedDetectionLoss",
 ]
@@ -113,20 +113,21 @@ def pad_targets_per_image(
     return labels, boxes, mask
 
 
-def padded_target_rows(targets: torch.Tensor, batch_size: int, max_boxes: int) -> torch.Tensor:
-    """B×G int64: the row of ``targets`` (M×6) behind each slot of ``pad_targets_per_image``'s padded
-    tensors (-1 for padding), so per-target data kept beside the targets (a segmenter's masks) can be
-    read for an assigned slot."""
+def target_rows_per_image(targets: torch.Tensor, batch_size: int, max_boxes: int) -> torch.Tensor:
+    """B×G int64: the row of ``targets`` (M×6) that ``pad_targets_per_image`` put in each slot, -1 for padding.
+
+    A family that learns per-target data beside the boxes (the segment task's ``masks`` row i belongs
+    to targets row i) reads it through this map after the assignment chose slots.
+    """
     rows = torch.full((batch_size, max_boxes), -1, dtype=torch.int64, device=targets.device)
-    if not len(targets) or not max_boxes:
-        return rows
-    image_index = targets[:, 0].long()
-    order = torch.argsort(image_index, stable=True)
-    counts = torch.bincount(image_index, minlength=batch_size)
-    first_of_image = torch.cumsum(counts, 0) - counts
-    sorted_index = image_index[order]
-    slot = torch.arange(len(order), device=targets.device) - first_of_image[sorted_index]
-    rows[sorted_index, slot] = order
+    if max_boxes and len(targets):
+        image_index = targets[:, 0].long()
+        counts = torch.bincount(image_index, minlength=batch_size)
+        order = torch.argsort(image_index, stable=True)
+        sorted_index = image_index[order]
+        first_of_image = torch.cumsum(counts, 0) - counts
+        slot = torch.arange(len(order), device=targets.device) - first_of_image[sorted_index]
+        rows[sorted_index, slot] = order
     return rows
 
 
