@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from zoo_core.assigners.task_aligned import TaskAlignedAssignment
 from zoo_core.building import BuildRequest
 from zoo_core.data.input_pipeline import logits_to_original
 from zoo_core.losses.detection import YOLO_NOMINAL_BATCH_SIZE, target_rows_per_image
@@ -146,9 +147,10 @@ class YOLOv9Segmenter(YOLOv9):
         return (weighted.total() + seg) * YOLO_NOMINAL_BATCH_SIZE, items
 
     def _mask_loss(
-        self, outputs: Mapping[str, Any], targets: torch.Tensor, masks: torch.Tensor, assignment: Any,
+        self, outputs: Mapping[str, Any], targets: torch.Tensor, masks: torch.Tensor, assignment: TaskAlignedAssignment,
         input_size: tuple[int, int], batch_size: int,
     ) -> torch.Tensor:
+        """The un-gained mask term: per image the mean box-normalised BCE of its positive anchors, over the batch."""
         prototypes = outputs["mask_features"].float()
         coefficients = outputs["mask_coefficients"].float()
         if len(masks) != len(targets):
