@@ -198,7 +198,7 @@ def test_postprocess_masks_lie_inside_their_boxes_at_input_and_original_size():
     assert nothing[1]["masks"].shape == (0, 32, 24)
 
 
-def test_upstream_gelan_c_seg_layout_converts_to_zoo():
+def test_upstream_gelan_c_seg_layout_converts_to_zoo(tmp_path):
     from zoo_yolo9.convert import SEGMENTER_UPSTREAM_KEYS, convert_segmenter
 
     torch.manual_seed(0)
@@ -220,6 +220,13 @@ def test_upstream_gelan_c_seg_layout_converts_to_zoo():
     assert list(converted.state_dict) == list(state)
     assert all(torch.equal(converted.state_dict[key], value) for key, value in state.items())
     assert convert_segmenter("c", state, "upstream", "zoo") is None, "zoo's own keys are not the upstream layout"
+    # A state dict saved under the release's file name loads by name: yolo9_seg-c with these weights.
+    torch.save(upstream, tmp_path / "gelan-c-seg.pt")
+    from zoo_core import LibreYOLO
+
+    loaded = LibreYOLO(str(tmp_path / "gelan-c-seg.pt")).model
+    assert type(loaded) is type(model)
+    assert all(torch.equal(loaded.state_dict()[key], value) for key, value in state.items())
 
 
 # torch.jit is deprecated upstream in favour of torch.export; it still ships, and users run it.
