@@ -352,6 +352,11 @@ def test_the_cli_trains_on_two_cpu_ranks_validates_predicts_masks_and_exports(tm
     image = sorted((data.parent / "segment" / "images" / "val").iterdir())[0]
     assert main(["predict", f"model={best}", f"source={image}", "save=true", "conf=0.0", "name=segpredict"]) == 0
     assert "written to runs/segment/segpredict" in capsys.readouterr().out
+    assert (tmp_path / "runs" / "segment" / "segpredict" / image.name).is_file()
+    from zoo_core import LibreYOLO
+
+    (result,) = LibreYOLO(best).predict(str(image), conf=0.0)
+    assert len(result.masks.data) == len(result.boxes) > 0 and tuple(result.masks.data.shape[1:]) == (64, 64)
     target = tmp_path / "seg.onnx"
     assert main(["export", best, "format=onnx", f"output={target}"]) == 0
     import onnxruntime
