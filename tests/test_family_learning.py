@@ -29,16 +29,17 @@ def sample_on_itself(tmp_path: Path, task: str, *, images: int, size: int) -> Pa
     root = materialize_shapes(shapes(num_train=images, num_val=2, image_size=size, seed=0))
     layouts = {
         "detect": {"train": "images/train", "val": "images/train", "names": list(SHAPES_CLASSES)},
-        "segment": {"train": "segment/images/train", "val": "segment/images/train", "names": list(SHAPES_CLASSES)},
         "semantic": {
             "train": {"images": "images/train", "masks": "masks/train"},
             "val": {"images": "images/train", "masks": "masks/train"},
             "names": ["background", *SHAPES_CLASSES],
         },
         "restore": {"train": "images/train", "val": "images/train", "degradation": {"scale": 1, "noise": 25.0}},
+        # shapes' segment/ folder: the same scenes with YOLO-seg polygon labels beside them
+        "segment": {"train": "images/train", "val": "images/train", "names": list(SHAPES_CLASSES)},
     }
     path = tmp_path / f"{task}-sample.yaml"
-    path.write_text(yaml.safe_dump({"path": str(root), **layouts[task]}))
+    path.write_text(yaml.safe_dump({"path": str(root / "segment" if task == "segment" else root), **layouts[task]}))
     return path
 
 

@@ -18,11 +18,13 @@ import pytest
 from zoo_core.registry import load_registry
 
 from . import family_checks as checks
+from .oracle_cases import WITHOUT_LIBREYOLO_COUNTERPART
 from .prediction_oracle import PERTURBATIONS, PREDICT_SETTINGS, compare_predictions
 
 libreyolo = pytest.importorskip("libreyolo", reason="LibreYOLO 1.6 is in the test extra: pip install -e '.[test]'")
 
-SMALLEST = [(family, next(iter(declaration.sizes))) for family, declaration in load_registry().items()]
+SMALLEST = [(family, next(iter(declaration.sizes))) for family, declaration in load_registry().items()
+            if family not in WITHOUT_LIBREYOLO_COUNTERPART]
 
 # one torch thread (a shared 2-core machine; the comparison is sized for one thread: a few seconds a family)
 _one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)

@@ -10,6 +10,13 @@
   ``22.heads.0.class_conv.2.weight``). Layers 0-22 are the inference model; later indices are
   the auxiliary branch and are dropped. Import only.
 
+- ``upstream`` for ``yolo9_seg`` (``convert_segmenter``): WongKinYiu/yolov9's numbered layout of
+  ``models/segment/gelan-c-seg.yaml`` (GPL-3.0; the state dict of its ``SegmentationModel``,
+  ``model.<layer>.<module>...``), whose module names inside each layer are LibreYOLO's (both follow
+  the official code): ``model.4.cv2.0.m.0.cv1.conv1.conv.weight``, and the ``Segment`` head at
+  layer 22 with ``cv2``/``cv3`` (box and class towers), ``cv4`` (mask coefficients) and ``proto``
+  (prototypes). Its fixed DFL projection (``dfl.conv.weight``) is dropped. Import only.
+
 Both keep the class towers at the width the file has: a model fine-tuned to a few classes from
 COCO keeps 80-wide towers, and the upstream release uses ``max(width, min(2 * classes, 128))``,
 so the converter passes the width on as the ``class_channels`` builder option when it is not the
@@ -27,7 +34,7 @@ from zoo_core.nn.gelan_keys import GELAN_LIBREYOLO_KEYS, class_tower_option
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["UPSTREAM_KEYS", "convert"]
+__all__ = ["UPSTREAM_KEYS", "SEGMENTER_UPSTREAM_KEYS", "convert", "convert_segmenter"]
 
 # MultimediaTechLab's numbered layout -> LibreYOLO's names (towards zoo through GELAN_LIBREYOLO_KEYS).
 _LAYER_NAMES = {
@@ -75,4 +82,32 @@ def convert(size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, ta
         return ConvertedWeights(GELAN_LIBREYOLO_KEYS.from_zoo(state_dict))
     else:
         return None
+    return ConvertedWeights(converted, options=class_tower_option(converted))
+
+
+# WongKinYiu's gelan-c-seg: "model.<layer>." -> LibreYOLO's layer names (the same indices as the
+# detector's yaml), and the Segment head's own modules -> zoo's (towards zoo through GELAN_LIBREYOLO_KEYS).
+SEGMENTER_UPSTREAM_KEYS = KeyRenamer([
+    ("^model.22.cv4.{n}.", "^mask_coefficient_branches.branches.{n}."),
+    ("^model.22.proto.", "^prototypes."),
+    *[(f"^model.{index}.", f"^{name}.") for index, name in _LAYER_NAMES.items()],
+])
+_SEGMENT_HEAD_MARK = "model.22.proto."
+
+
+def convert_segmenter(
+    size: str, state_dict: Mapping[str, "torch.Tensor"], source: str, target: str
+) -> ConvertedWeights | None:
+    """The registry ``converter`` of yolo9_seg (see the module docstring); None for other layouts."""
+    del size  # one key layout serves every size
+    if target != "zoo" or source != "upstream":
+        return None
+    if not any(key.startswith(_SEGMENT_HEAD_MARK) for key in state_dict):
+        return None
+    kept = {
+        key: tensor for key, tensor in state_dict.items()
+        if key.split(".", 2)[1:2] and key.split(".", 2)[1].isdigit() and int(key.split(".", 2)[1]) in _INFERENCE_LAYERS
+        and not key.startswith("model.22.dfl.")
+    }
+    converted = GELAN_LIBREYOLO_KEYS.to_zoo(SEGMENTER_UPSTREAM_KEYS.to_zoo(kept))
     return ConvertedWeights(converted, options=class_tower_option(converted))

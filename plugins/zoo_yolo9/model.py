@@ -118,8 +118,10 @@ class YOLOv9(DenseDetectionPostprocess, nn.Module):
 
     def __init__(
         self, num_classes: int, spec: GELANSpec, *, pgi: bool = False, loss_gains: DetectionLossGains | None = None,
-        class_channels: int | None = None,
+        class_channels: int | None = None, box_groups: int = BOX_BRANCH_GROUPS,
     ) -> None:
+        """``box_groups``: groups of the box branch's last two convs (DDetect's 4; the segmentation
+        models' Detect-based head has 1)."""
         super().__init__()
         if num_classes < 1:
             raise ValueError(f"num_classes must be at least 1, got {num_classes}")
@@ -130,7 +132,7 @@ class YOLOv9(DenseDetectionPostprocess, nn.Module):
         self.backbone = GELANBackbone(spec)
         self.neck = GELANNeck(spec, self.backbone.out_channels)
         self.head = DecoupledDetectionHead(
-            num_classes, self.neck.out_channels, STRIDES, reg_max=REG_MAX, box_groups=BOX_BRANCH_GROUPS,
+            num_classes, self.neck.out_channels, STRIDES, reg_max=REG_MAX, box_groups=box_groups,
             class_channels=class_channels,
         )
         self.auxiliary_branch: nn.Module | None = None

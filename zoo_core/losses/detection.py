@@ -22,7 +22,7 @@ from typing import Mapping, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from zoo_core.assigners.task_aligned import TaskAlignedAssigner
+from zoo_core.assigners.task_aligned import TaskAlignedAssigner, TaskAlignedAssignment
 from zoo_core.nn.detection_head import distribution_to_distances
 from zoo_core.ops.boxes import aligned_box_iou, boxes_to_distances, distances_to_boxes
 
@@ -164,6 +164,14 @@ class TaskAlignedDetectionLoss:
 
     def __call__(self, outputs: Mapping[str, torch.Tensor], targets: torch.Tensor, batch_size: int) -> DetectionLossTerms:
         """Loss terms of ``outputs`` (head dict) against ``targets`` (M×6, input pixels)."""
+        return self.terms_and_assignment(outputs, targets, batch_size)[0]
+
+    def terms_and_assignment(
+        self, outputs: Mapping[str, torch.Tensor], targets: torch.Tensor, batch_size: int
+    ) -> tuple[DetectionLossTerms, TaskAlignedAssignment]:
+        """The loss terms and the assignment behind them (a segmenter's mask loss reads which
+        ground truth each positive anchor learns: ``gt_index`` is its slot among its image's
+        targets, in the order of ``targets``)."""
         box_logits = outputs["box_logits"].float()
         class_logits = outputs["class_logits"].float()
         anchor_points, anchor_strides = outputs["anchor_points"], outputs["anchor_strides"]
@@ -193,4 +201,4 @@ class TaskAlignedDetectionLoss:
         target_distances = target_distances.clamp(min=0.0, max=self.reg_max - 1 - 0.01)
         bin_logits = box_logits.unflatten(-1, (4, self.reg_max))
         dfl_loss = (distribution_focal_loss(bin_logits, target_distances) * weight).sum() / score_sum
-        return DetectionLossTerms(box=box_loss, cls=cls_loss, dfl=dfl_loss)
+        return DetectionLossTerms(box=box_loss, cls=cls_loss, dfl=dfl_loss), assignment

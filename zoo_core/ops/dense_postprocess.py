@@ -68,11 +68,14 @@ class DenseDetectionPostprocess(abc.ABC):
         *,
         multi_label: bool | None = None,
         placements: Sequence[ImagePlacement] | None = None,
+        return_anchor_indices: bool = False,
     ) -> list[dict[str, torch.Tensor]]:
         """Detections per image: ``boxes`` (n×4 xyxy), ``scores``, ``labels`` (int64).
 
         The boxes are in input pixels, or with ``placements`` (one per image) in original-image
         pixels, mapped back before NMS. Arguments left at None take the family's ``nms_defaults``.
+        ``return_anchor_indices`` adds each detection's anchor (``anchor_indices``), from which a
+        segmenter reads its mask parameters.
         """
         defaults = self.nms_defaults
         boxes, scores = self.dense_candidates(outputs)
@@ -89,5 +92,6 @@ class DenseDetectionPostprocess(abc.ABC):
             defaults.max_det if max_det is None else max_det,
             multi_label=defaults.multi_label if multi_label is None else multi_label,
             placements=placements,
+            return_anchor_indices=return_anchor_indices,
             **selection,
         )

@@ -33,6 +33,7 @@ def dense_detections_nms(
     levels: torch.Tensor | None = None,
     per_level_candidates: int | None = None,
     placements: Sequence[ImagePlacement] | None = None,
+    return_anchor_indices: bool = False,
 ) -> list[dict[str, torch.Tensor]]:
     """Per-class NMS over every image of a batch of dense predictions, in the reference order.
 
@@ -58,10 +59,12 @@ def dense_detections_nms(
         per_level_candidates: cap on the candidates of one level (PicoDet's and RTMDet's
             published postprocess caps per level, before the levels are joined).
         placements: one per image; the returned boxes are then in original-image pixels.
+        return_anchor_indices: also return each detection's anchor, so that a segmenter can
+            read the mask parameters that anchor predicted.
 
     Returns:
         One dict per image: ``boxes`` (n×4), ``scores`` (n), ``labels`` (n, int64), sorted by
-        decreasing score.
+        decreasing score; with ``return_anchor_indices``, ``anchor_indices`` (n, int64) too.
     """
     _check_thresholds(conf, iou, max_det)
     if boxes.dim() != 3 or boxes.shape[-1] != 4 or scores.dim() != 3 or scores.shape[:2] != boxes.shape[:2]:
@@ -93,10 +96,12 @@ def dense_detections_nms(
             candidate_boxes = boxes_to_original(candidate_boxes, *placements[image])
             inside = drop_empty_boxes(candidate_boxes)
             candidate_boxes, candidate_scores, labels = candidate_boxes[inside], candidate_scores[inside], labels[inside]
+            anchor_index = anchor_index[inside]
         keep = batched_nms(candidate_boxes, candidate_scores.float(), labels, iou)[:max_det]
-        results.append(
-            {"boxes": candidate_boxes[keep], "scores": candidate_scores[keep].float(), "labels": labels[keep].to(torch.int64)}
-        )
+        detections = {"boxes": candidate_boxes[keep], "scores": candidate_scores[keep].float(), "labels": labels[keep].to(torch.int64)}
+        if return_anchor_indices:
+            detections["anchor_indices"] = anchor_index[keep].to(torch.int64)
+        results.append(detections)
     return results
 
 
