@@ -489,15 +489,18 @@ class DetectTask(Task):
                 outputs = model(self.preprocess({"images": image[None]}, device)["images"])
                 shape = (int(source.image.shape[-2]), int(source.image.shape[-1]))
                 (detection,) = postprocess(outputs, conf=conf, iou=iou, max_det=max_det, placements=[ImagePlacement(ratio_pad, shape)])
-                results.append(
-                    DetectionResult(
-                        orig_image=source.image,
-                        path=source.path,
-                        name=source.name,
-                        names=dict(names),
-                        boxes=detection["boxes"].detach().float().cpu().reshape(-1, 4),
-                        scores=detection["scores"].detach().float().cpu().reshape(-1),
-                        labels=detection["labels"].detach().long().cpu().reshape(-1),
-                    )
-                )
+                results.append(self._result(source, names, detection, shape))
         return results
+
+    def _result(self, source: "SourceImage", names: Mapping[int, str], detection: Mapping[str, torch.Tensor],
+                shape: tuple[int, int]) -> DetectionResult:
+        """The result ``predict`` returns for ``source`` from its postprocess dict (in original pixels, of ``shape``)."""
+        return DetectionResult(
+            orig_image=source.image,
+            path=source.path,
+            name=source.name,
+            names=dict(names),
+            boxes=detection["boxes"].detach().float().cpu().reshape(-1, 4),
+            scores=detection["scores"].detach().float().cpu().reshape(-1),
+            labels=detection["labels"].detach().long().cpu().reshape(-1),
+        )

@@ -402,30 +402,11 @@ class SegmentTask(DetectTask):
         batch["masks"] = (inside_y[:, :, None] & inside_x[:, None, :]).to(torch.uint8)
         return batch
 
-    def predict(
-        self,
-        model: torch.nn.Module,
-        sources: "list[SourceImage]",
-        device: torch.device,
-        image_size: int,
-        names: Mapping[int, str],
-        conf: float = 0.25,
-        iou: float = 0.7,
-        max_det: int = 300,
-    ) -> list[InstanceSegmentationResult]:
-        postprocess = self._postprocess(model)
-        results = []
-        with torch.inference_mode():
-            for source in sources:
-                image, _, ratio_pad = fit_to_input(source.image, image_size, self.input_pipeline)
-                outputs = model(self.preprocess({"images": image[None]}, device)["images"])
-                shape = (int(source.image.shape[-2]), int(source.image.shape[-1]))
-                (detection,) = postprocess(outputs, conf=conf, iou=iou, max_det=max_det, placements=[ImagePlacement(ratio_pad, shape)])
-                found = self._instances(detection, shape)
-                results.append(
-                    InstanceSegmentationResult(
-                        orig_image=source.image, path=source.path, name=source.name, names=dict(names),
-                        boxes=found["boxes"], scores=found["scores"], labels=found["labels"], masks=found["masks"],
-                    )
-                )
-        return results
+    def _result(self, source: "SourceImage", names: Mapping[int, str], detection: Mapping[str, torch.Tensor],
+                shape: tuple[int, int]) -> InstanceSegmentationResult:
+        """Detection's result plus the masks (n×H×W bool at the original size), the postprocess contract checked."""
+        found = self._instances(detection, shape)
+        return InstanceSegmentationResult(
+            orig_image=source.image, path=source.path, name=source.name, names=dict(names),
+            boxes=found["boxes"], scores=found["scores"], labels=found["labels"], masks=found["masks"],
+        )
