@@ -585,3 +585,24 @@ def test_a_segment_family_trains_through_the_engine_and_its_weights_predict_mask
     assert trained.task == "segment"
     (found,) = trained.predict(np.full((48, 80, 3), 90, dtype=np.uint8), conf=0.0, max_det=3, device="cpu")
     assert isinstance(found, InstanceSegmentationResult) and found.masks.data.shape[1:] == (48, 80)
+
+
+def test_a_coco_json_dataset_trains_segmentation_as_its_yolo_polygon_twin_does(tmp_path: Path):
+    """shapes writes the same objects twice, as YOLO-seg polygons (segment.yaml) and as COCO JSON with exact RLE
+    masks (coco.yaml); both rasterise to the same pixels, so one epoch from either gives the same losses."""
+    from zoo_core import LibreYOLO
+    from zoo_core.data.shapes import materialize_shapes
+    from zoo_core.plugin_manager import register_plugin
+
+    register_plugin("tests.segment_family")
+    root = materialize_shapes(SHAPES)
+    histories = {}
+    for dataset in ("segment.yaml", "coco.yaml"):
+        torch.manual_seed(0)
+        result = LibreYOLO("tinyseg-s").train(data=str(root / dataset), epochs=1, batch=4, imgsz=64, workers=0, device="cpu",
+                                              augment=False, plots=False, verbose=False, project=str(tmp_path / dataset))
+        assert set(result.metrics) >= METRIC_KEYS
+        histories[dataset] = result.history[0]
+    polygons, coco = histories["segment.yaml"], histories["coco.yaml"]
+    for key in ("train/loss", "train/mask", "val/mask", "metrics/mask_mAP50-95"):
+        assert coco[key] == pytest.approx(polygons[key], rel=1e-4, abs=1e-6), key
