@@ -342,12 +342,13 @@ def test_rtmdet_ins_t_overfits_a_fixed_sample_to_a_mask_map(tmp_path, learning):
     """RTMDet-Ins-t on 8 shapes scenes of 96 px through ``LibreYOLO.train`` (60 full-batch AdamW steps, no warm-up,
     no mosaic), validated on the same scenes with box and mask mAP; then it predicts masks at the image's size.
 
-    Thresholds at 80 % of the worst of seeds 0-2 on one thread (docs/performance.md)."""
+    Thresholds at most 80 % of the worst of seeds 0-2 on one and on two threads (docs/performance.md): the mask
+    mAP50 ranged 0.571-0.929 over those six runs, so its claim is 0.45 (an untrained model scores about 0)."""
     model, metrics, images = checks.overfit_fixed_sample(
         tmp_path, "rtmdet_ins-t", "segment", images=8, size=96, batch=8, val_options={"plots": False},
         epochs=60, nbs=8, optimizer="AdamW", lr0=0.003, warmup_iters=0, mosaic=0.0, close_mosaic=0, seed=learning.seed)
     (result,) = model.predict(str(sorted(images.iterdir())[0]), conf=0.5)
-    learning.expect(metrics, {"mask_mAP50": 0.55, "mAP50": 0.6},
+    learning.expect(metrics, {"mask_mAP50": 0.45, "mAP50": 0.6},
                     checks={"masks": result.masks is not None and result.masks.data.shape[1:] == (96, 96)})
 
 
