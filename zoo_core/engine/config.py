@@ -106,6 +106,7 @@ class TrainConfig(BaseModel):
     translate: float = Field(0.1, ge=0, le=1)
     scale: float = Field(0.5, ge=0, lt=1)
     fliplr: float = Field(0.5, ge=0, le=1)
+    flipud: float = Field(0.0, ge=0, le=1, description="probability of an up-down flip (aerial and microscope images)")
     mosaic: float = Field(1.0, ge=0, le=1)
     mixup: float = Field(0.0, ge=0, le=1, description="probability of blending a mosaic with a second one (MixUp)")
     close_mosaic: int = Field(10, ge=0, description="the no-augmentation phase: the last N epochs train without mosaic "

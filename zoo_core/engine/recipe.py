@@ -104,7 +104,7 @@ class TrainingRecipe:
         """Train-time augmentation from the arguments (the task applies those that fit it)."""
         return AugmentSettings(
             enabled=config.augment, hsv_h=config.hsv_h, hsv_s=config.hsv_s, hsv_v=config.hsv_v, degrees=config.degrees,
-            translate=config.translate, scale=config.scale, fliplr=config.fliplr, mosaic=config.mosaic,
+            translate=config.translate, scale=config.scale, fliplr=config.fliplr, flipud=config.flipud, mosaic=config.mosaic,
             mixup=config.mixup, multi_scale=config.multi_scale,
         )
 

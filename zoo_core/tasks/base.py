@@ -132,6 +132,7 @@ class AugmentSettings:
     translate: float = 0.1
     scale: float = 0.5
     fliplr: float = 0.5
+    flipud: float = 0.0
     mosaic: float = 1.0
     mixup: float = 0.0
     multi_scale: bool = False

@@ -133,6 +133,8 @@ class ClassifyTask(Task):
         steps: list[Any] = [v2.RandomResizedCrop(image_size, scale=(max(1.0 - augment.scale, 0.08), 1.0), antialias=True)]
         if augment.fliplr > 0:
             steps.append(v2.RandomHorizontalFlip(augment.fliplr))
+        if augment.flipud > 0:
+            steps.append(v2.RandomVerticalFlip(augment.flipud))
         jitter = color_jitter(augment)
         if jitter is not None:
             steps.append(jitter)

@@ -99,6 +99,9 @@ class RestoreDataset(Dataset):
         if self.augment is not None and self.augment.fliplr > 0 and random.random() < self.augment.fliplr:
             target = target.flip(-1)
             degraded = degraded.flip(-1) if degraded is not None else None
+        if self.augment is not None and self.augment.flipud > 0 and random.random() < self.augment.flipud:
+            target = target.flip(-2)
+            degraded = degraded.flip(-2) if degraded is not None else None
         if degraded is None:
             generator = None if self.training else torch.Generator().manual_seed(_VALIDATION_NOISE_SEED + index)
             degraded = degrade(target, self.scale, self.noise, generator)

@@ -192,6 +192,9 @@ class InstanceSegmentationDataset(DetectionDataset):
             if settings.fliplr > 0 and random.random() < settings.fliplr:
                 image, masks = image.flip(-1), masks.flip(-1)
                 boxes = torch.stack([size - boxes[:, 2], boxes[:, 1], size - boxes[:, 0], boxes[:, 3]], dim=1)
+            if settings.flipud > 0 and random.random() < settings.flipud:  # no draw at the default 0: runs stay as they were
+                image, masks = image.flip(-2), masks.flip(-2)
+                boxes = torch.stack([boxes[:, 0], size - boxes[:, 3], boxes[:, 2], size - boxes[:, 1]], dim=1)
             jitter = color_jitter(settings)
             if jitter is not None:
                 (image,) = apply_v2(jitter, image)

@@ -120,6 +120,8 @@ class SemanticDataset(Dataset):
                 mask = mask.as_subclass(torch.Tensor)
             if settings.fliplr > 0 and random.random() < settings.fliplr:
                 image, mask = image.flip(-1), mask.flip(-1)
+            if settings.flipud > 0 and random.random() < settings.flipud:  # no draw at the default 0
+                image, mask = image.flip(-2), mask.flip(-2)
             jitter = color_jitter(settings)
             if jitter is not None:
                 (image,) = apply_v2(jitter, image)
