@@ -321,6 +321,9 @@ def test_a_blocked_plugin_s_model_says_it_is_blocked(monkeypatch):
     with isolated_plugin_manager():
         with pytest.raises(ModelNameError, match=r"'yolo9-t' is yolo9-t, whose plugin 'yolo9' is blocked.*ZOO_BLOCK_PLUGINS"):
             LibreYOLO("yolo9-t")
+        # zoo_yolo9 serves yolo9_seg too: the block keeps the whole package out, not only the family it names.
+        with pytest.raises(ModelNameError, match=r"'yolo9-t-seg' is yolo9_seg-t, whose plugin 'yolo9' is blocked"):
+            LibreYOLO("yolo9-t-seg")
 
 
 # --------------------------------------------------------------------------- processes

@@ -155,8 +155,10 @@ def test_the_registry_names_a_hub_file_for_every_libreyolo_download():
     unpublished = sorted(key for key, source in declared.items() if source is None)
     # yolo9_seg: LibreYOLO hosts none; the one release (WongKinYiu's gelan-c-seg.pt) pickles its model
     # classes, so it loads as a state dict (saved with the upstream code) through the converter.
-    assert unpublished == [("fomo", "l"), ("fomo", "m"), ("fomo", "s"), ("yolo7", "tiny"), ("yolo7", "x"),
-                           *[("yolo9_seg", size) for size in ("c", "m", "s", "t")]]
+    # rtmdet_ins: LibreYOLO's -seg files exist, but where it hosts them could not be confirmed offline, so no
+    # Hub file is pinned yet (a pinned file must have a checked sha256).
+    assert unpublished == [("fomo", "l"), ("fomo", "m"), ("fomo", "s"), *[("rtmdet_ins", size) for size in "lmstx"],
+                           ("yolo7", "tiny"), ("yolo7", "x"), *[("yolo9_seg", size) for size in ("c", "m", "s", "t")]]
     hub = [source for source in declared.values() if source is not None and source.on_hub]
     assert len(hub) == 97 and all(source.repo == f"LibreYOLO/{source.file_name[:-3]}" for source in hub)
     nas = declared[("yolonas", "s")]

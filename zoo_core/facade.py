@@ -200,15 +200,18 @@ class LibreYOLO:
         try:
             return resolve_model_name(name, self._manager.families)
         except ModelNameError:
-            blocked = {family: declaration for family, declaration in load_registry().items()
-                       if family in self._manager.blocked_names or declaration.plugin in self._manager.blocked_names}
+            registry = load_registry()
+            # A family is out when its own name, its package, or a sibling family served by its package is blocked.
+            blocks = {family: (family if family in self._manager.blocked_names else self._manager.block_on_module(declaration.plugin))
+                      for family, declaration in registry.items()}
+            blocked = {family: registry[family] for family, block in blocks.items() if block}
             try:
                 family, size = resolve_model_name(name, blocked) if blocked else ("", "")
             except ModelNameError:
                 family = ""
             if family:
                 raise ModelNameError(
-                    f"{name!r} is {canonical_name(family, size)}, whose plugin {family!r} is blocked "
+                    f"{name!r} is {canonical_name(family, size)}, whose plugin {blocks[family]!r} is blocked "
                     f"({', '.join(sorted(self._manager.blocked_names))} in ZOO_BLOCK_PLUGINS or block=); unblock it to "
                     "use this model"
                 ) from None

@@ -172,6 +172,8 @@ class ZooPluginManager(pluggy.PluginManager):
             [*(name.casefold() for name in _env_list(_BLOCK_ENV)), *(name.strip().casefold() for name in block)])
         self._block_requests = requested  # as the user spelled them, for `zoo plugins`
         self._stopped: dict[str, list[str]] = {}  # blocked name -> what the block kept out, as it happened
+        # Modules a block kept out, so that a sibling family served by the same package does not import it after all.
+        self._blocked_modules: dict[str, str] = {}  # module -> the block (case-folded name) that keeps it out
         self.autoload = (not _env_flag(_DISABLE_AUTOLOAD_ENV)) if autoload is None else autoload
         self._records: dict[str, PluginRecord] = {}
         self._tasks: dict[str, TaskDeclaration] = {}
@@ -196,6 +198,10 @@ class ZooPluginManager(pluggy.PluginManager):
     def _stop(self, name: str, what: str) -> None:
         """Record that the block on ``name`` kept ``what`` out (for ``blocked_plugins`` and ``zoo plugins``)."""
         self._stopped.setdefault(name.casefold(), []).append(what)
+
+    def block_on_module(self, module: str | None) -> str | None:
+        """The block (a case-folded name) that kept plugin package ``module`` out, or None when it was not kept out."""
+        return self._blocked_modules.get(module) if module is not None else None
 
     def blocked_plugins(self) -> dict[str, list[str]]:
         """Each blocked name (case-folded) with what its block kept out, never imported; empty: it matched nothing."""
@@ -224,6 +230,7 @@ class ZooPluginManager(pluggy.PluginManager):
             )
             if self.blocks(entry_point.name):
                 self._stop(entry_point.name, f"{record.describe()}, entry point {entry_point.value!r}")
+                self._blocked_modules.setdefault(entry_point.value, entry_point.name.casefold())
                 continue
             if not self.autoload and _normalised(distribution) != CORE_DISTRIBUTION:
                 continue
@@ -258,12 +265,18 @@ class ZooPluginManager(pluggy.PluginManager):
         """Register each registry.yaml family that no entry point served from its declared plugin module."""
         from zoo_core import __version__
 
-        for name, declaration in load_registry().items():
+        registry = load_registry()
+        # A package may serve several families (zoo_yolo9: yolo9 and yolo9_seg): blocking one of them, or the
+        # package, keeps the whole package out, whichever family the loop meets first.
+        for name, declaration in registry.items():
+            if declaration.plugin is not None and (self.blocks(name) or self.blocks(declaration.plugin)):
+                self._blocked_modules.setdefault(declaration.plugin, (name if self.blocks(name) else declaration.plugin).casefold())
+        for name, declaration in registry.items():
             plugin_name = declaration.plugin
             if name in self._families or plugin_name is None or plugin_name in self._records:
                 continue
-            if self.blocks(name) or self.blocks(plugin_name):
-                self._stop(name if self.blocks(name) else plugin_name, f"built-in family {name!r} (module {plugin_name})")
+            if plugin_name in self._blocked_modules:
+                self._stop(self._blocked_modules[plugin_name], f"built-in family {name!r} (module {plugin_name})")
                 continue
             try:
                 plugin = importlib.import_module(plugin_name)
