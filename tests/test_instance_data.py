@@ -64,7 +64,7 @@ def test_a_bad_line_is_skipped_with_its_file_line_and_reason(tmp_path: Path, lin
     with pytest.warns(DatasetWarning) as caught:
         (record,) = index_instance_split([tmp_path / "images" / "train"], NAMES, report=report)
     messages = [str(warning.message) for warning in caught]
-    assert any(f"a.txt:2: " in message and reason in message for message in messages), messages
+    assert any("a.txt:2: " in message and reason in message for message in messages), messages
     assert record.labels[:, 0].tolist() == [1.0] and len(record.shapes) == 1
     assert report.skipped_lines == 1
 

@@ -334,13 +334,13 @@ def coco_json_layout(json_path: Path) -> DetectionYaml:
 def coco_folder_layout(folder: Path) -> DetectionYaml | None:
     """A folder in COCO's layout (``annotations/instances_train*.json`` and ``instances_val*.json``, or those files
     in the folder itself), else ``None``."""
-    for annotations in (folder / "annotations", folder):
-        train = sorted(annotations.glob(f"{_PREFIX}train*.json"))
-        val = sorted(annotations.glob(f"{_PREFIX}val*.json"))
+    for annotations_folder in (folder / "annotations", folder):
+        train = sorted(annotations_folder.glob(f"{_PREFIX}train*.json"))
+        val = sorted(annotations_folder.glob(f"{_PREFIX}val*.json"))
         if train and val:
             return DetectionYaml(yaml_path=train[0].resolve(), root=folder.resolve(), names=coco_names(train[0]),
                                  splits={"train": [path.resolve() for path in train], "val": [path.resolve() for path in val]})
         if train or val:
-            raise DatasetError(f"{annotations}: COCO layout needs both instances_train*.json and instances_val*.json; "
+            raise DatasetError(f"{annotations_folder}: COCO layout needs both instances_train*.json and instances_val*.json; "
                                f"found only {(train or val)[0].name}. Add the other, or pass data= a dataset YAML naming both")
     return None

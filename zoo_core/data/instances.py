@@ -18,7 +18,7 @@ import numpy as np
 
 from zoo_core.data.yolo_format import DetectionRecord
 
-__all__ = ["InstanceShape", "InstanceRecord", "polygons_box", "mask_outline"]
+__all__ = ["InstanceShape", "InstanceRecord", "polygons_box", "mask_to_rle", "mask_outline"]
 
 
 @dataclass(frozen=True)
@@ -118,3 +118,10 @@ def mask_outline(mask: np.ndarray) -> np.ndarray | None:
     if repeated.all():
         repeated[0] = False
     return outline[~repeated].astype(np.float32)
+
+
+def mask_to_rle(mask: np.ndarray) -> dict[str, Any]:
+    """An ``H×W`` mask as COCO's compressed run-length encoding (``{"size": [h, w], "counts": bytes}``)."""
+    from pycocotools import mask as mask_utils
+
+    return mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))

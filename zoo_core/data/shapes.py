@@ -302,9 +302,9 @@ def _polygon_line(class_id: int, mask: np.ndarray) -> str:
 
 def _coco_annotation(annotation_id: int, image_id: int, class_id: int, mask: np.ndarray, box: tuple[int, int, int, int]) -> dict[str, Any]:
     """The COCO annotation of one object: its exact visible mask as a compressed RLE."""
-    from pycocotools import mask as mask_utils
+    from zoo_core.data.instances import mask_to_rle
 
-    rle = mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
+    rle = mask_to_rle(mask)
     x1, y1, x2, y2 = box
     return {
         "id": annotation_id, "image_id": image_id, "category_id": class_id + 1, "iscrowd": 0,

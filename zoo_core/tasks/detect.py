@@ -353,14 +353,15 @@ class DetectTask(Task):
             "with its own assigner (see zoo_core/tasks/base.py)"
         )
 
-    @staticmethod
-    def _postprocess(model: torch.nn.Module) -> Any:
+    #: What a model without ``postprocess`` is told its task needs (``_postprocess``).
+    postprocess_contract = ("has no postprocess(outputs, conf, iou, max_det); a detection family's model must define it "
+                            "(zoo_core/tasks/detect.py)")
+
+    @classmethod
+    def _postprocess(cls, model: torch.nn.Module) -> Any:
         postprocess = getattr(unwrap_model(model), "postprocess", None)
         if not callable(postprocess):
-            raise ModelContractError(
-                f"{type(unwrap_model(model)).__name__} has no postprocess(outputs, conf, iou, max_det); "
-                "a detection family's model must define it (zoo_core/tasks/detect.py)"
-            )
+            raise ModelContractError(f"{type(unwrap_model(model)).__name__} {cls.postprocess_contract}")
         return postprocess
 
     def validate(

@@ -29,7 +29,7 @@ import torch
 from torchmetrics import Metric
 
 from zoo_core.data.input_pipeline import fit_to_input
-from zoo_core.tasks.base import ModelContractError, unwrap_model
+from zoo_core.tasks.base import ModelContractError
 from zoo_core.tasks.detect import DetectTask
 from zoo_core.tasks.predictions import PointsResult
 
@@ -205,15 +205,8 @@ class PointsTask(DetectTask):
             "(see zoo_core/tasks/points.py)"
         )
 
-    @staticmethod
-    def _postprocess(model: torch.nn.Module) -> Any:
-        postprocess = getattr(unwrap_model(model), "postprocess", None)
-        if not callable(postprocess):
-            raise ModelContractError(
-                f"{type(unwrap_model(model)).__name__} has no postprocess(outputs, conf, max_det); a centroid "
-                "family's model must define it and return points, scores and labels (zoo_core/tasks/points.py)"
-            )
-        return postprocess
+    postprocess_contract = ("has no postprocess(outputs, conf, max_det); a centroid family's model must define it and "
+                            "return points, scores and labels (zoo_core/tasks/points.py)")
 
     @staticmethod
     def _points(detection: Mapping[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

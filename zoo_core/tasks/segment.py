@@ -52,8 +52,9 @@ from zoo_core.data.augment import (
 from zoo_core.data.errors import DatasetError, ProblemReport
 from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import boxes_to_input, fit_to_input
+from zoo_core.data.instances import mask_to_rle
 from zoo_core.ops.boxes import ImagePlacement
-from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, unwrap_model
+from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError
 from zoo_core.tasks.detect import DetectionDataset, DetectTask, _collate_detection, detection_fitness
 from zoo_core.tasks.predictions import InstanceSegmentationResult
 
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
     from zoo_core.data.instances import InstanceRecord
     from zoo_core.reports.validation_report import ValidationReport
 
-__all__ = ["SegmentTask", "InstanceSegmentationDataset", "segment_fitness", "mask_to_rle", "rles_to_masks"]
+__all__ = ["SegmentTask", "InstanceSegmentationDataset", "segment_fitness", "rles_to_masks"]
 
 #: Where the objects of an augmented sample were: (image, unclipped boxes, classes, n×H×W uint8 masks).
 Instances = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]
@@ -71,13 +72,6 @@ Instances = tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]
 def segment_fitness(box_map50: float, box_map50_95: float, mask_map50: float, mask_map50_95: float) -> float:
     """Ultralytics' segment model-selection score: the box fitness plus the mask fitness (each ``0.1 mAP50 + 0.9 mAP50-95``)."""
     return detection_fitness(box_map50, box_map50_95) + detection_fitness(mask_map50, mask_map50_95)
-
-
-def mask_to_rle(mask: np.ndarray) -> dict[str, Any]:
-    """An ``H×W`` mask as COCO's compressed run-length encoding (``{"size": [h, w], "counts": bytes}``)."""
-    from pycocotools import mask as mask_utils
-
-    return mask_utils.encode(np.asfortranarray(mask.astype(np.uint8)))
 
 
 def rles_to_masks(rles: list[dict[str, Any]], shape: tuple[int, int]) -> torch.Tensor:
@@ -274,15 +268,8 @@ class SegmentTask(DetectTask):
             "(loss, items), reading batch['targets'] and batch['masks'] (see zoo_core/tasks/base.py)"
         )
 
-    @staticmethod
-    def _postprocess(model: torch.nn.Module) -> Any:
-        postprocess = getattr(unwrap_model(model), "postprocess", None)
-        if not callable(postprocess):
-            raise ModelContractError(
-                f"{type(unwrap_model(model)).__name__} has no postprocess(outputs, conf, iou, max_det, placements); an instance "
-                "segmentation family's model must define it and return boxes, scores, labels and masks (zoo_core/tasks/segment.py)"
-            )
-        return postprocess
+    postprocess_contract = ("has no postprocess(outputs, conf, iou, max_det, placements); an instance segmentation "
+                            "family's model must define it and return boxes, scores, labels and masks (zoo_core/tasks/segment.py)")
 
     @staticmethod
     def _instances(found: Mapping[str, torch.Tensor], shape: tuple[int, int]) -> dict[str, torch.Tensor]:
