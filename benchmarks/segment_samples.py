@@ -68,11 +68,16 @@ def main() -> None:
     names = {0: "a", 1: "b", 2: "c"}
     with tempfile.TemporaryDirectory() as folder:
         records = round_objects(Path(folder), 8, options.objects)
+        costs: dict[tuple[str, str], float] = {}
         for dataset_class in (DetectionDataset, InstanceSegmentationDataset):
             for augment in (AugmentSettings(), None):
                 dataset = dataset_class(records, names, options.imgsz, augment)
-                cost = milliseconds_per_sample(dataset, options.samples)
-                print(f"{dataset_class.__name__:28s} {'train' if augment else 'val':5s} {cost:7.1f} ms a sample")
+                split = "train" if augment else "val"
+                costs[dataset_class.__name__, split] = cost = milliseconds_per_sample(dataset, options.samples)
+                print(f"{dataset_class.__name__:28s} {split:5s} {cost:7.1f} ms a sample")
+        for split in ("train", "val"):
+            ratio = costs["InstanceSegmentationDataset", split] / costs["DetectionDataset", split]
+            print(f"segment / detect, {split}: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
