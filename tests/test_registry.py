@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from zoo_core.errors import RegistryError
 from zoo_core.naming import name_table
@@ -125,3 +126,26 @@ def test_yaml_tags_are_refused(tmp_path):
     # safe_load only: a python object tag must never be constructed.
     with pytest.raises(RegistryError):
         load_registry(write(tmp_path, "families: !!python/object/apply:os.system ['echo hi']"))
+
+
+class _DuplicateKeyCheckingLoader(yaml.SafeLoader):
+    """A safe loader that refuses a mapping key given twice (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node, deep=False):  # noqa: D102 - PyYAML's hook
+        seen: dict[object, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise AssertionError(
+                    f"registry.yaml gives {key!r} twice (lines {seen[key]} and {key_node.start_mark.line + 1}): "
+                    "the later one silently replaces the earlier; keep one"
+                )
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def test_no_key_of_the_shipped_registry_is_given_twice():
+    """A merge that adds a family or task twice must not pass: YAML would keep only the second."""
+    from zoo_core.registry import registry_path
+
+    yaml.load(registry_path().read_text(encoding="utf-8"), Loader=_DuplicateKeyCheckingLoader)
