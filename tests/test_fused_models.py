@@ -57,7 +57,12 @@ def test_the_inference_form_gives_the_models_outputs(family: str, size: str):
     images = torch.rand(2, 3, side, side, generator=torch.Generator().manual_seed(1))
     fused = inference_form(model)
     if task != "detect":
-        torch.testing.assert_close(fused(images), model(images), atol=1e-5, rtol=1e-5)
+        fused_outputs, outputs = fused(images), model(images)
+        if isinstance(outputs, dict) and "boxes" in outputs:
+            # Boxes are in pixels after the distribution decode, where folding BatchNorm into the convs moves
+            # float32 rounding by ~1e-5 (seen: 1.1e-5 on one of 672 yolo9-seg values): the detection check's 1e-3.
+            torch.testing.assert_close(fused_outputs.pop("boxes"), outputs.pop("boxes"), atol=1e-3, rtol=1e-5)
+        torch.testing.assert_close(fused_outputs, outputs, atol=1e-5, rtol=1e-5)
         return
     expected, got = _detections(model, model(images)), _detections(fused, fused(images))
     assert len(expected) > 10 and len(got) == len(expected)
