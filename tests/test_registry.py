@@ -9,7 +9,7 @@ import yaml
 
 from zoo_core.errors import RegistryError
 from zoo_core.naming import name_table
-from zoo_core.registry import builtin_tasks, load_registry
+from zoo_core.registry import builtin_tasks, load_registry, registry_path
 
 GOOD_ENTRY = """
 schema_version: 1
@@ -146,6 +146,5 @@ class _DuplicateKeyCheckingLoader(yaml.SafeLoader):
 
 def test_no_key_of_the_shipped_registry_is_given_twice():
     """A merge that adds a family or task twice must not pass: YAML would keep only the second."""
-    from zoo_core.registry import registry_path
-
-    yaml.load(registry_path().read_text(encoding="utf-8"), Loader=_DuplicateKeyCheckingLoader)
+    text = registry_path().read_text(encoding="utf-8")
+    yaml.load(text, Loader=_DuplicateKeyCheckingLoader)  # noqa: S506 - a SafeLoader subclass only
