@@ -5,8 +5,8 @@ Two kinds live here, and only here:
 - ``tinynet`` / ``nospawnnet`` / ``tinynet_nhwc`` (declared ``channels_last``): small real classifier
   families with BatchNorm, registered at run time (``use_test_families``) and re-registered by
   module name in spawned workers. Options make the model observable or faulty: ``trace_dir``
-  records, per rank, the batches it sees, the BatchNorm class it runs with and the memory layout
-  of its first training step; ``fail_rank``/``fail_step``/``fail_how`` make one rank raise or
+  records, per rank, the batches it sees, the BatchNorm class it runs with, the memory layout
+  of its first training step and a digest of the BatchNorm statistics each validation batch runs with; ``fail_rank``/``fail_step``/``fail_how`` make one rank raise or
   be SIGKILLed at a given step (``fail_first_attempt_only``: not again after a torchrun restart); ``nan_step`` makes the outputs NaN from that training step on
   (a diverging run); ``width`` makes the model bigger (slower checkpoint writes);
   ``loss_scale_by_world_size`` reproduces the classic DDP bug (E6)
@@ -83,6 +83,8 @@ class TinyNet(nn.Module):
         # training-mode forward, but without gradients.
         if self.training and torch.is_grad_enabled():
             self._observe(images)
+        elif not self.training and self.options.get("trace_dir"):
+            self._observe_evaluation()
         logits = self.head(self.body(images).mean((2, 3)))
         nan_step = self.options.get("nan_step")
         if self.training and torch.is_grad_enabled() and nan_step is not None and self.steps >= nan_step:
@@ -110,6 +112,14 @@ class TinyNet(nn.Module):
             if self.steps == 1 and dist.is_initialized():  # the process group's collective timeout (E11)
                 backend = dist.group.WORLD._get_backend(images.device)
                 (Path(trace_dir) / f"timeout{rank}.txt").write_text(str(backend.options._timeout.total_seconds()))
+
+    def _observe_evaluation(self) -> None:
+        """Append a digest of the BatchNorm statistics this rank validates with (``eval<rank>.txt``)."""
+        rank = int(os.environ.get("RANK", "0"))
+        statistics = torch.cat([buffer.detach().double().flatten().cpu() for buffer in self.buffers()])
+        digest = hashlib.sha256(statistics.numpy().tobytes()).hexdigest()[:16]
+        with open(Path(self.options["trace_dir"]) / f"eval{rank}.txt", "a", encoding="utf-8") as stream:
+            stream.write(f"{digest}\n")
 
     def loss(self, outputs: torch.Tensor, batch: dict) -> tuple[torch.Tensor, dict]:
         loss = nn.functional.cross_entropy(outputs, batch["labels"])

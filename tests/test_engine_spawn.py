@@ -236,6 +236,18 @@ def test_e8_e11_e12_sync_bn_default_warning_timeout_and_ddp_off_switches(data, t
         assert {line.split()[0] for line in (trace / f"rank{rank_index}.txt").read_text().splitlines()} == {"CpuSyncBatchNorm"}
 
 
+def test_every_rank_validates_with_rank_0s_batchnorm_statistics_when_sync_bn_is_off(data, tmp_path):
+    # Each rank's last training forward updates its running statistics with its own batch; sharded validation
+    # then scored rank 1's shard with statistics that neither the checkpoint nor a one-process val() has.
+    trace = tmp_path / "trace"
+    trace.mkdir()
+    LibreYOLO("tinynet-s", options={"trace_dir": str(trace)}).train(data=str(data), device="cpu,cpu", sync_bn=False,
+                                                                   **{**FAST, "epochs": 2})
+    per_rank = [(trace / f"eval{rank_index}.txt").read_text().splitlines() for rank_index in (0, 1)]
+    assert per_rank[0] and per_rank[1]
+    assert set(per_rank[0]) == set(per_rank[1])
+
+
 # --------------------------------------------------------------------------- E10 and two-rank determinism
 def test_e10_ranks_draw_different_augmentations_and_identical_runs_repeat(tmp_path):
     same_images = write_class_folders(tmp_path / "same", identical=True)

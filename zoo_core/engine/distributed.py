@@ -100,6 +100,30 @@ class DistributedContext:
         dist.broadcast(tensor, src=0)
         return int(tensor.item())
 
+    def broadcast_buffers(self, module: "torch.nn.Module") -> None:
+        """Overwrite ``module``'s buffers (BatchNorm running statistics) with rank 0's, in place.
+
+        DDP sends rank 0's buffers at the start of each forward, so after the last training step every
+        rank holds statistics updated with its own batch; validation needs the ones the checkpoint keeps.
+        One broadcast per dtype keeps the cost at a couple of messages, not one per BatchNorm.
+        """
+        if not self.distributed:
+            return
+        import torch
+        import torch.distributed as dist
+
+        by_dtype: dict[torch.dtype, list[torch.Tensor]] = {}
+        for buffer in module.buffers():
+            by_dtype.setdefault(buffer.dtype, []).append(buffer)
+        for buffers in by_dtype.values():
+            flat = torch.cat([buffer.detach().reshape(-1) for buffer in buffers])
+            dist.broadcast(flat, src=0)
+            offset = 0
+            with torch.no_grad():
+                for buffer in buffers:
+                    buffer.copy_(flat[offset: offset + buffer.numel()].view_as(buffer))
+                    offset += buffer.numel()
+
     def all_reduce_sum(self, values: list[float]) -> list[float]:
         """Element-wise sum of ``values`` over the ranks (float64)."""
         if not self.distributed:

@@ -364,6 +364,7 @@ class Trainer:
                 if loaders.val is not None:
                     evaluated = state.evaluated
                     evaluated.eval()
+                    context.broadcast_buffers(evaluated)  # rank 0's statistics, which the checkpoint keeps
                     batches = validation_progress(loaders.val, enabled=context.is_main and config.verbose)
                     metrics = self.task.validate(evaluated, batches, self.device, self.meta.names)
                     val_losses = self._validation_losses(evaluated, loaders.val, list(losses))
