@@ -36,7 +36,7 @@ def test_settings_set_show_and_reset_from_the_command_line(tmp_path, capsys):
     ("words", "message"),
     [
         (["rnus_dir=x"], r"not a setting: 'rnus_dir' \(did you mean 'runs_dir'\?\)"),
-        (["loggers=wandb"], r"loggers.0: Input should be 'csv' or 'tensorboard'"),
+        (["loggers=comet"], r"loggers.0: Input should be 'csv', 'tensorboard', 'mlflow' or 'wandb'"),
         (["reset", "runs_dir=x"], r"reset takes no other word"),
         (["runs_dir"], r"is not key=value"),
     ],

@@ -28,10 +28,10 @@ from zoo_core.paths import zoo_home
 
 __all__ = [
     "SettingsError", "ZooSettings", "settings_path", "load_settings", "update_settings", "reset_settings",
-    "runs_dir", "weights_dir", "datasets_dir", "default_loggers",
+    "runs_dir", "weights_dir", "datasets_dir", "default_loggers", "LoggerName",
 ]
 
-LoggerName = Literal["csv", "tensorboard"]
+LoggerName = Literal["csv", "tensorboard", "mlflow", "wandb"]
 
 
 class SettingsError(ZooError, ValueError):

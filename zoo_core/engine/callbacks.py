@@ -19,7 +19,7 @@ from zoo_core.engine.train_result import EpochReport, TrainResult
 from zoo_core.errors import TrainConfigError, excerpt, warn
 
 __all__ = ["Callback", "FunctionCallback", "EVENTS", "function_callback", "check_callbacks", "CsvLogger",
-           "TensorBoardLogger", "CallbackList", "make_loggers"]
+           "TensorBoardLogger", "BuiltinLogger", "CallbackList", "make_loggers"]
 
 log = logging.getLogger("zoo.train")
 
@@ -131,7 +131,11 @@ def check_callbacks(callbacks: Iterable[Any]) -> None:
         )
 
 
-class CsvLogger(Callback):
+class BuiltinLogger(Callback):
+    """Base of the loggers ``loggers=`` names: they run before user callbacks at every event."""
+
+
+class CsvLogger(BuiltinLogger):
     """Appends each epoch to ``results.csv`` in the run directory (a new column set restarts the header)."""
 
     def __init__(self) -> None:
@@ -151,7 +155,7 @@ class CsvLogger(Callback):
             writer.writerow(row)
 
 
-class TensorBoardLogger(Callback):
+class TensorBoardLogger(BuiltinLogger):
     """Writes losses, metrics and the learning rate to TensorBoard event files in the run directory."""
 
     def __init__(self) -> None:
@@ -178,13 +182,17 @@ class TensorBoardLogger(Callback):
             self.writer.close()
 
 
-_LOGGERS = {"csv": CsvLogger, "tensorboard": TensorBoardLogger}
-_BUILTIN_LOGGERS = tuple(_LOGGERS.values())
 
 
 def make_loggers(names: Iterable[str]) -> list[Callback]:
-    """The built-in loggers named in ``loggers=``."""
-    return [_LOGGERS[name]() for name in names]
+    """The built-in loggers named in ``loggers=`` (the experiment trackers' module loads only when named)."""
+    classes: dict[str, type[BuiltinLogger]] = {"csv": CsvLogger, "tensorboard": TensorBoardLogger}
+    names = list(names)
+    if {"mlflow", "wandb"} & set(names):
+        from zoo_core.engine.experiment_loggers import MlflowLogger, WandbLogger
+
+        classes.update(mlflow=MlflowLogger, wandb=WandbLogger)
+    return [classes[name]() for name in names]
 
 
 class CallbackList:
@@ -203,8 +211,8 @@ class CallbackList:
         ``before_user`` runs once before the first user callback (the trainer waits there for the
         checkpoint write, so your callbacks always find ``last.pt`` on disk).
         """
-        builtin = [callback for callback in self.callbacks if isinstance(callback, _BUILTIN_LOGGERS)]
-        user = [callback for callback in self.callbacks if not isinstance(callback, _BUILTIN_LOGGERS)]
+        builtin = [callback for callback in self.callbacks if isinstance(callback, BuiltinLogger)]
+        user = [callback for callback in self.callbacks if not isinstance(callback, BuiltinLogger)]
         for index, callback in enumerate([*builtin, *user]):
             method = getattr(callback, event, None)
             if not callable(method):

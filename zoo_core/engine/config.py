@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from zoo_core.engine.schedule import ScheduleName
 from zoo_core.errors import TrainConfigError, excerpt
 from zoo_core.registry import ImageSize, normalise_image_size
-from zoo_core.settings import default_loggers, runs_dir
+from zoo_core.settings import LoggerName, default_loggers, runs_dir
 
 __all__ = ["TrainConfig", "RESUME_OVERRIDABLE"]
 
@@ -78,8 +78,8 @@ class TrainConfig(BaseModel):
     save_period: int = Field(-1, description="also save weights/epoch{N}.pt every N epochs (-1: never)")
     val: bool = True
     callbacks: list[Any] = Field(default_factory=list)
-    loggers: list[Literal["csv", "tensorboard"]] = Field(default_factory=lambda: default_loggers(),
-                                                           description="default: the loggers setting, ['csv']")
+    loggers: list[LoggerName] = Field(default_factory=lambda: default_loggers(),
+                                      description="csv, tensorboard, mlflow, wandb; default: the loggers setting, ['csv']")
     plots: bool = True
     verbose: bool = True
 
