@@ -194,3 +194,18 @@ def test_zoo_train_resume_true_with_no_run_says_where_it_looked(capsys):
     assert "resume=true without a model continues the newest run under runs/" in error and "resume=runs/" in error
     assert main(["train"]) == 2
     assert "zoo train needs a model" in capsys.readouterr().err
+
+
+def test_train_help_lists_every_training_argument_with_its_default(capsys):
+    from zoo_core.engine.config import TrainConfig
+
+    with pytest.raises(SystemExit) as exited:
+        main(["train", "--help"])
+    assert exited.value.code == 0
+    printed = capsys.readouterr().out
+    listed = {line.split()[0] for line in printed.splitlines() if line.startswith("    ") and not line.startswith("     ")}
+    assert set(TrainConfig.model_fields) <= listed, set(TrainConfig.model_fields) - listed
+    assert "  optimisation:" in printed and "  augmentation" in printed
+    lines = {line.split()[0]: line for line in printed.splitlines() if line.startswith("    ")}
+    assert lines["epochs"].split()[1] == "100" and lines["data"].split()[1] == "required"
+    assert all(TrainConfig.model_fields[name].description for name in TrainConfig.model_fields)

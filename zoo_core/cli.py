@@ -251,6 +251,32 @@ def _model(name: str) -> Any:
     return LibreYOLO(name)
 
 
+class _TrainHelpAction(argparse.Action):
+    """``zoo train --help``: the flags, then every training argument grouped, with its default and one line.
+
+    The list is built only when asked for, so other commands never import the training configuration.
+    """
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, default: Any = argparse.SUPPRESS,
+                 help: str | None = None) -> None:
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        from zoo_core.engine.config import argument_groups
+
+        lines = [parser.format_help().rstrip(), "", "training arguments (key=value or --key value), with their defaults:"]
+        for group, arguments in argument_groups().items():
+            lines += ["", f"  {group}:"]
+            width = max(len(name) for name, _, _ in arguments)
+            shown = ["required" if default == "(required)" else repr(default) for _, default, _ in arguments]
+            column = min(max(len(text) for text in shown), 14)
+            for (name, _, description), default_text in zip(arguments, shown):
+                lines.append(f"    {name:<{width}}  {default_text:<{column}}  {description}".rstrip())
+        print("\n".join(lines))
+        parser.exit()
+
+
 # The model commands take every argument as ``--key value`` or ``key=value`` (Ultralytics' grammar),
 # including ``model=``, ``data=`` and ``source=``; these flags exist for the common ones.
 _FLAG_KEYS = {
@@ -450,7 +476,9 @@ def build_parser() -> argparse.ArgumentParser:
     plugins.add_argument("--json", action="store_true")
     plugins.set_defaults(handler=command_plugins)
 
-    training = commands.add_parser("train", allow_abbrev=False, help="train a model (several devices: one process each)")
+    training = commands.add_parser("train", allow_abbrev=False, add_help=False,
+                                   help="train a model (several devices: one process each)")
+    training.add_argument("-h", "--help", action=_TrainHelpAction, help="show this help, with every training argument")
     training.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE",
                           help="a model name (yolo9-t) or weights, then any training argument as key=value (lr0=0.001)")
     training.add_argument("--data", help="'shapes', a dataset YAML or a folder (or data=...)")
