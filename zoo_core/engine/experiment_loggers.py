@@ -44,6 +44,17 @@ def run_artifacts(run_dir: Path) -> list[Path]:
     return [*files, *([best] if best.is_file() else [])]
 
 
+def _import_or_warn(package: str) -> Any:
+    """The tracker's package, or None after a warning naming the install command (the run goes on without it)."""
+    import importlib
+
+    try:
+        return importlib.import_module(package)
+    except ImportError:
+        warn(f"loggers=['{package}'] needs the {package} package ({_INSTALL}); skipping it")
+        return None
+
+
 def _numeric_row(report: EpochReport) -> dict[str, float]:
     return {key: float(value) for key, value in report.row().items()
             if key != "epoch" and isinstance(value, (int, float)) and not isinstance(value, bool)}
@@ -71,10 +82,8 @@ class MlflowLogger(BuiltinLogger):
         self.owns_run = False
 
     def on_train_start(self, run_dir: Path, config: dict[str, Any]) -> None:
-        try:
-            import mlflow
-        except ImportError:
-            warn(f"loggers=['mlflow'] needs the mlflow package ({_INSTALL}); skipping it")
+        mlflow = _import_or_warn("mlflow")
+        if mlflow is None:
             return
         self.mlflow = mlflow
         chosen_by_user = "MLFLOW_TRACKING_URI" in os.environ or (
@@ -131,10 +140,8 @@ class WandbLogger(BuiltinLogger):
         self.owns_run = False
 
     def on_train_start(self, run_dir: Path, config: dict[str, Any]) -> None:
-        try:
-            import wandb
-        except ImportError:
-            warn(f"loggers=['wandb'] needs the wandb package ({_INSTALL}); skipping it")
+        wandb = _import_or_warn("wandb")
+        if wandb is None:
             return
         self.owns_run = wandb.run is None
         if self.owns_run:
