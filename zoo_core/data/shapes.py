@@ -17,7 +17,14 @@ on-disk formats, so the ordinary loaders read it::
     segment/images/{train,val}/000000.png  the same scenes (hard links, copies where links fail)
     segment/labels/{train,val}/000000.txt  YOLO-seg labels: class x1 y1 ... xk yk (normalised), one object a line
     coco/instances_{train,val}.json        COCO instance JSON of the same objects: exact RLE masks, images/{split}
-    detect.yaml  segment.yaml  coco.yaml  semantic.yaml  restore.yaml  shapes.json
+    obb/images/{train,val}/000000.png      scenes of rotated rectangles (their own scenes, see below)
+    obb/labels/{train,val}/000000.txt      YOLO OBB labels: class x1 y1 x2 y2 x3 y3 x4 y4 (normalised corners)
+    detect.yaml  segment.yaml  coco.yaml  semantic.yaml  restore.yaml  obb.yaml  shapes.json
+
+The oriented-box scenes (``obb.yaml``, classes ``bar`` and ``slab``) hold 1-3 filled rectangles at any
+angle on the same textured backgrounds: a bar 2.8-4 times as long as it is wide, a slab 1.4-1.9 times,
+whole inside the image and never overlapping, so each label's corners are exactly the drawn rectangle.
+They are drawn from their own random stream, so the other tasks' scenes are unchanged.
 
 A segment label's polygon is the outline of the object's visible pixels (``zoo_core.data.instances.mask_outline``):
 an object cut in pieces by an occluder, or holding one, is one ring whose pieces and holes are joined by
@@ -50,7 +57,10 @@ from zoo_core.settings import datasets_dir
 
 __all__ = [
     "SHAPES_CLASSES",
+    "OBB_CLASSES",
     "GENERATOR_VERSION",
+    "OBBScene",
+    "render_obb_scene",
     "ShapesConfig",
     "Scene",
     "shapes",
@@ -61,8 +71,12 @@ __all__ = [
 ]
 
 SHAPES_CLASSES = ("circle", "square", "triangle", "cross")
-# Bump when the rendering changes, so caches written by an older generator are not reused.
-GENERATOR_VERSION = 2
+#: The classes of the oriented-box scenes (``obb.yaml``).
+OBB_CLASSES = ("bar", "slab")
+# Bump when the rendering changes, so caches written by an older generator are not reused
+# (3: the oriented-box scenes were added).
+GENERATOR_VERSION = 3
+_OBB_STREAM = 7  # the oriented-box scenes' own random stream, beside the split code
 _SPLIT_CODES = {"train": 0, "val": 1}
 _SPELLING_KEYS = {"train": "num_train", "val": "num_val", "size": "image_size", "seed": "seed"}
 _MIN_VISIBLE_FRACTION = 0.6
@@ -264,6 +278,52 @@ def render_scene(rng: np.random.Generator, size: int) -> Scene:
     return Scene(image=pixels, class_map=class_map, classes=classes, boxes=boxes, instance_map=owner)
 
 
+@dataclass
+class OBBScene:
+    """One oriented-box scene: RGB pixels, the class of each rectangle and its four corners (pixels, loop order)."""
+
+    image: np.ndarray  # H×W×3 uint8
+    classes: list[int]
+    corners: list[np.ndarray]  # each 4×2 float64
+
+
+def render_obb_scene(rng: np.random.Generator, size: int) -> OBBScene:
+    """Render one oriented-box scene from ``rng`` (same generator state -> same scene, byte for byte)."""
+    from PIL import Image, ImageDraw
+
+    background = _background(rng, size)
+    image = background.copy()
+    taken = np.zeros((size, size), dtype=bool)
+    classes: list[int] = []
+    corners: list[np.ndarray] = []
+    for _ in range(int(rng.integers(1, 4))):
+        for _attempt in range(30):
+            class_id = int(rng.integers(0, len(OBB_CLASSES)))
+            length = rng.uniform(0.3, 0.55) * size
+            aspect = rng.uniform(2.8, 4.0) if OBB_CLASSES[class_id] == "bar" else rng.uniform(1.4, 1.9)
+            angle = rng.uniform(-math.pi / 2, math.pi / 2)
+            half = np.array([[length / 2, length / aspect / 2]])
+            offsets = half * np.array([[1.0, 1.0], [-1.0, 1.0], [-1.0, -1.0], [1.0, -1.0]])
+            reach = np.abs(_rotated(offsets, angle, (0.0, 0.0))).max(axis=0)
+            if np.any(reach * 2 + 2 >= size):
+                continue
+            centre = (rng.uniform(reach[0] + 1, size - reach[0] - 1), rng.uniform(reach[1] + 1, size - reach[1] - 1))
+            quad = np.asarray(_rotated(offsets, angle, centre))
+            canvas = Image.new("L", (size, size), 0)
+            ImageDraw.Draw(canvas).polygon([tuple(point) for point in quad], fill=1)
+            mask = np.asarray(canvas, dtype=bool)
+            if mask.sum() < 16 or (mask & taken).any():
+                continue
+            image[mask] = _distinct_colour(rng, background[mask].mean(axis=0))
+            taken |= mask
+            classes.append(class_id)
+            corners.append(quad)
+            break
+    noise = rng.normal(0, rng.uniform(2, 7), image.shape)
+    pixels = np.clip(np.rint(image + noise), 0, 255).astype(np.uint8)
+    return OBBScene(image=pixels, classes=classes, corners=corners)
+
+
 def _crop_box(box: tuple[int, int, int, int], size: int) -> tuple[int, int, int, int]:
     """A square around ``box`` with a margin, clipped to the image."""
     x1, y1, x2, y2 = box
@@ -349,7 +409,17 @@ def write_shapes(config: ShapesConfig, root: Path) -> None:
             (root / "segment" / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in polygon_lines), encoding="utf-8")
         coco = {"images": coco_images, "annotations": coco_annotations, "categories": categories}
         (root / "coco" / f"instances_{split}.json").write_text(json.dumps(coco, separators=(",", ":")) + "\n", encoding="utf-8")
+        (root / "obb" / "images" / split).mkdir(parents=True)
+        (root / "obb" / "labels" / split).mkdir(parents=True)
+        for index in range(count):
+            obb_scene = render_obb_scene(np.random.default_rng([config.seed, _SPLIT_CODES[split], index, _OBB_STREAM]), size)
+            stem = f"{index:06d}"
+            Image.fromarray(obb_scene.image).save(root / "obb" / "images" / split / f"{stem}.png", compress_level=1)
+            obb_lines = [f"{class_id} " + " ".join(f"{value:.6f}" for value in (quad / size).reshape(-1))
+                         for class_id, quad in zip(obb_scene.classes, obb_scene.corners)]
+            (root / "obb" / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in obb_lines), encoding="utf-8")
     detection_names = dict(enumerate(SHAPES_CLASSES))
+    _write_yaml(root / "obb.yaml", {"path": ".", "train": "obb/images/train", "val": "obb/images/val", "names": dict(enumerate(OBB_CLASSES))})
     _write_yaml(root / "detect.yaml", {"path": ".", "train": "images/train", "val": "images/val", "names": detection_names})
     _write_yaml(root / "segment.yaml", {"path": ".", "train": "segment/images/train", "val": "segment/images/val", "names": detection_names})
     # No names: a COCO-JSON dataset takes them from the file's categories (ids in sorted order).

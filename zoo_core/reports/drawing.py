@@ -17,7 +17,7 @@ import torch
 __all__ = [
     "class_colour", "drawing_sizes", "caption_font", "as_numpy_image", "draw_boxes", "draw_mask", "draw_caption",
     "image_grid", "save_image", "as_uint8_images", "draw_box_batch", "draw_captioned_batch", "IMAGES_PER_GRID",
-    "draw_instance_masks", "mask_outlines", "draw_instance_batch",
+    "draw_instance_masks", "mask_outlines", "draw_instance_batch", "draw_rotated_boxes", "draw_rotated_box_batch",
 ]
 
 IMAGES_PER_GRID = 16
@@ -215,3 +215,55 @@ def draw_captioned_batch(images: torch.Tensor, captions: Sequence[Sequence[str]]
     """The first ``IMAGES_PER_GRID`` images of a batch in a grid, image ``i`` captioned with the lines ``captions[i]``."""
     images = as_uint8_images(images[:IMAGES_PER_GRID])
     return image_grid([draw_caption(image, lines) for image, lines in zip(images, captions)])
+
+
+def draw_rotated_boxes(
+    image: torch.Tensor,
+    corners: torch.Tensor,
+    labels: Sequence[int],
+    names: Mapping[int, str],
+    scores: Sequence[float] | None = None,
+    line_width: int | None = None,
+) -> torch.Tensor:
+    """``image`` with rotated boxes given by their ``n×4×2`` corners (pixels), each outlined in its class colour and
+    captioned ``name`` or ``name score`` on a filled box at its top-most corner; ``line_width`` overrides the width."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    labels = [int(label) for label in labels]
+    if not labels:
+        return image
+    canvas = Image.fromarray(as_numpy_image(image))
+    draw = ImageDraw.Draw(canvas)
+    font_size, line = drawing_sizes((int(image.shape[-2]), int(image.shape[-1])))
+    path = caption_font()
+    font = ImageFont.truetype(path, font_size) if path else ImageFont.load_default()
+    points = corners.detach().float().cpu().reshape(-1, 4, 2).tolist()
+    for position, (label, polygon) in enumerate(zip(labels, points)):
+        colour = class_colour(label)
+        outline = [tuple(point) for point in polygon]
+        draw.line(outline + [outline[0]], fill=colour, width=line_width or line)
+        caption = str(names.get(label, label)) if scores is None else f"{names.get(label, label)} {float(scores[position]):.2f}"
+        x, y = min(outline, key=lambda point: point[1])
+        left, top, right, bottom = draw.textbbox((x, y), caption, font=font)
+        top_shift = bottom - top  # the caption sits above the corner, as the axis-aligned boxes' captions do
+        draw.rectangle((left, top - top_shift, right, bottom - top_shift), fill=colour)
+        draw.text((x, y - top_shift), caption, fill=(255, 255, 255), font=font)
+    return torch.from_numpy(np.asarray(canvas)).permute(2, 0, 1).contiguous()
+
+
+def draw_rotated_box_batch(images: torch.Tensor, rows: torch.Tensor, names: Mapping[int, str]) -> torch.Tensor:
+    """The first ``IMAGES_PER_GRID`` images of an OBB batch in a grid, each with its rotated boxes.
+
+    ``rows`` is ``M×7`` (image index, class, cx, cy, w, h, angle in input pixels and radians): an OBB batch's
+    ``targets``; an eighth column, when present, is a score written in the caption.
+    """
+    from zoo_core.ops.rotated_boxes import xywhr_to_corners
+
+    images = as_uint8_images(images[:IMAGES_PER_GRID])
+    rows = rows.detach().float().cpu()
+    drawn = []
+    for position, image in enumerate(images):
+        mine = rows[rows[:, 0] == position]
+        scores = mine[:, 7].tolist() if mine.shape[1] > 7 else None
+        drawn.append(draw_rotated_boxes(image, xywhr_to_corners(mine[:, 2:7]), mine[:, 1].long().tolist(), names, scores=scores))
+    return image_grid(drawn)

@@ -24,7 +24,7 @@ from torchmetrics import Metric
 from torchmetrics.detection import MeanAveragePrecision
 from torchmetrics.utilities import dim_zero_cat
 
-__all__ = ["OrderedMeanAveragePrecision", "PerSampleMean"]
+__all__ = ["OrderedMeanAveragePrecision", "PerSampleMean", "RotatedMeanAveragePrecision", "interpolated_average_precision"]
 
 
 def _first_occurrence_order(indices: Sequence[int]) -> list[int]:
@@ -140,3 +140,133 @@ class PerSampleMean(Metric):
         order = _first_occurrence_order(indices.to(torch.int64).tolist())
         ordered = values[torch.tensor(order, device=values.device)]
         return ordered.sum() / ordered.numel()
+
+
+#: The IoU thresholds of mAP50-95 (COCO's ten, 0.50 to 0.95 by 0.05).
+IOU_THRESHOLDS = tuple(round(0.5 + 0.05 * step, 2) for step in range(10))
+
+
+def interpolated_average_precision(recall: torch.Tensor, precision: torch.Tensor) -> float:
+    """Area under the precision envelope of one ranked list, sampled at 101 recall points (COCO's and Ultralytics'
+    ``compute_ap`` interpolation): sentinels (0, 1) and (recall[-1] + 0.01, 0) are added, precision is made monotone
+    from the right, and the envelope is integrated with the trapezoid rule over ``linspace(0, 1, 101)``."""
+    import numpy as np
+
+    recall_points = np.concatenate(([0.0], recall.double().cpu().numpy(), [1.0]))
+    precision_points = np.concatenate(([1.0], precision.double().cpu().numpy(), [0.0]))
+    envelope = np.flip(np.maximum.accumulate(np.flip(precision_points)))
+    samples = np.linspace(0.0, 1.0, 101)
+    return float(np.trapezoid(np.interp(samples, recall_points, envelope), samples))
+
+
+class RotatedMeanAveragePrecision(Metric):
+    """Oriented-box mAP50 and mAP50-95 (DOTA/Ultralytics semantics) over images put in dataset order.
+
+    ``update(preds, target, indices)``: per image, ``preds`` dicts of ``boxes`` (n×5 ``cx, cy, w, h, angle``),
+    ``scores`` and ``labels``, ``target`` dicts of ``boxes`` and ``labels``. At each IoU threshold (0.50 to 0.95)
+    the detections of one image and class, best score first, each claim the unclaimed ground truth of highest
+    exact rotated IoU (``zoo_core.ops.rotated_boxes.rotated_box_iou``) at or above the threshold; a class's AP is
+    ``interpolated_average_precision`` of its detections ranked by score over all images (ties in dataset order);
+    mAP is the mean over the classes that have ground truth (a class only predicted adds nothing, as in Ultralytics).
+    The per-image states travel with their dataset indices (``all_gather_object``), so a sharded validation computes
+    exactly what one process does.
+    """
+
+    full_state_update = False
+    higher_is_better = True
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        for name in ("pred_boxes", "pred_scores", "pred_labels", "true_boxes", "true_labels", "sample_index"):
+            self.add_state(name, default=[], dist_reduce_fx=None)
+
+    def update(self, preds: list[dict[str, torch.Tensor]], target: list[dict[str, torch.Tensor]],  # type: ignore[override]
+               indices: torch.Tensor | Sequence[int]) -> None:
+        """Add a batch of per-image predictions and targets, with the images' dataset indices."""
+        indices = [int(index) for index in indices]
+        if not len(indices) == len(preds) == len(target):
+            raise ValueError(f"got {len(indices)} indices for {len(preds)} predictions and {len(target)} targets; "
+                             "give one dataset index, one prediction and one target per image")
+        for prediction, truth, index in zip(preds, target, indices):
+            self.pred_boxes.append(prediction["boxes"].detach().float().cpu().reshape(-1, 5))
+            self.pred_scores.append(prediction["scores"].detach().float().cpu().reshape(-1))
+            self.pred_labels.append(prediction["labels"].detach().long().cpu().reshape(-1))
+            self.true_boxes.append(truth["boxes"].detach().float().cpu().reshape(-1, 5))
+            self.true_labels.append(truth["labels"].detach().long().cpu().reshape(-1))
+            self.sample_index.append(torch.tensor(index))
+
+    def _sync_dist(self, dist_sync_fn: Optional[Callable] = None, process_group: Optional[Any] = None) -> None:
+        import torch.distributed as dist
+
+        group = process_group or self.process_group
+        names = list(self._defaults)
+        local = {name: [item.detach().cpu() for item in getattr(self, name)] for name in names}
+        gathered: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(gathered, local, group=group)
+        for name in names:
+            setattr(self, name, [item for part in gathered for item in part[name]])
+
+    @staticmethod
+    def _match(boxes: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, true_boxes: torch.Tensor,
+               true_labels: torch.Tensor) -> torch.Tensor:
+        """``n×10`` bool: whether each detection of one image is a true positive at each IoU threshold."""
+        from zoo_core.ops.rotated_boxes import rotated_box_iou
+
+        hits = torch.zeros((len(boxes), len(IOU_THRESHOLDS)), dtype=torch.bool)
+        if not len(boxes) or not len(true_boxes):
+            return hits
+        iou = rotated_box_iou(boxes.double(), true_boxes.double())
+        iou = torch.where(labels[:, None] == true_labels[None], iou, torch.full_like(iou, -1.0))
+        order = torch.argsort(scores, descending=True, stable=True).tolist()
+        for column, threshold in enumerate(IOU_THRESHOLDS):
+            claimed = torch.zeros(len(true_boxes), dtype=torch.bool)
+            for position in order:
+                candidates = torch.where(claimed, torch.full_like(iou[position], -1.0), iou[position])
+                best = int(torch.argmax(candidates))
+                if candidates[best] >= threshold - 1e-12:
+                    claimed[best] = True
+                    hits[position, column] = True
+        return hits
+
+    def compute(self) -> dict[str, torch.Tensor]:
+        """``map`` (mAP50-95), ``map_50``, ``map_75`` and ``map_per_class`` (50-95) over every image, in dataset order."""
+        order = _first_occurrence_order([int(index) for index in self.sample_index])
+        all_scores, all_labels, all_hits, true_counts = [], [], [], torch.zeros(0, dtype=torch.long)
+        for position in order:
+            boxes, scores, labels = self.pred_boxes[position], self.pred_scores[position], self.pred_labels[position]
+            true_boxes, true_labels = self.true_boxes[position], self.true_labels[position]
+            all_hits.append(self._match(boxes, scores, labels, true_boxes, true_labels))
+            all_scores.append(scores)
+            all_labels.append(labels)
+            if len(true_labels):
+                counts = torch.bincount(true_labels, minlength=len(true_counts))
+                if len(counts) > len(true_counts):
+                    true_counts = torch.cat([true_counts, torch.zeros(len(counts) - len(true_counts), dtype=torch.long)])
+                true_counts = true_counts + counts
+        scores = torch.cat(all_scores) if all_scores else torch.zeros(0)
+        labels = torch.cat(all_labels) if all_labels else torch.zeros(0, dtype=torch.long)
+        hits = torch.cat(all_hits) if all_hits else torch.zeros((0, len(IOU_THRESHOLDS)), dtype=torch.bool)
+        classes = [int(index) for index in torch.nonzero(true_counts).reshape(-1)]
+        if not classes:
+            empty = torch.tensor(-1.0)
+            return {"map": empty, "map_50": empty, "map_75": empty, "map_per_class": torch.zeros(0)}
+        table = torch.zeros((len(classes), len(IOU_THRESHOLDS)), dtype=torch.float64)
+        for row, class_id in enumerate(classes):
+            mine = labels == class_id
+            ranked = torch.argsort(scores[mine], descending=True, stable=True)
+            class_hits = hits[mine][ranked].double()
+            true_positives = class_hits.cumsum(0)
+            false_positives = (1 - class_hits).cumsum(0)
+            for column in range(len(IOU_THRESHOLDS)):
+                if not len(class_hits):
+                    continue
+                recall = true_positives[:, column] / float(true_counts[class_id])
+                precision = true_positives[:, column] / (true_positives[:, column] + false_positives[:, column])
+                table[row, column] = interpolated_average_precision(recall, precision)
+        return {
+            "map": table.mean().float(),
+            "map_50": table[:, 0].mean().float(),
+            "map_75": table[:, 5].mean().float(),
+            "map_per_class": table.mean(dim=1).float(),
+            "classes": torch.tensor(classes),
+        }

@@ -22,12 +22,12 @@ import numpy as np
 import torch
 
 from zoo_core.reports.drawing import (
-    as_numpy_image, class_colour, draw_boxes, draw_caption, draw_instance_masks, draw_mask, mask_outlines,
+    as_numpy_image, class_colour, draw_boxes, draw_caption, draw_instance_masks, draw_mask, draw_rotated_boxes, mask_outlines,
 )
 
 __all__ = [
     "Result", "DetectionResult", "InstanceSegmentationResult", "PointsResult", "ClassificationResult", "SegmentationResult",
-    "RestorationResult", "Boxes", "Masks", "Probs",
+    "RestorationResult", "Boxes", "Masks", "Probs", "OrientedBoxes", "OrientedBoxResult",
 ]
 
 
@@ -68,6 +68,55 @@ class Boxes(torch.Tensor):
         """``xywh`` divided by the image's width and height."""
         height, width = self._shape
         return self.xywh / torch.tensor([width, height, width, height], dtype=self.dtype)
+
+    @property
+    def conf(self) -> torch.Tensor:
+        """The detections' scores."""
+        return self._scores
+
+    @property
+    def cls(self) -> torch.Tensor:
+        """The detections' class indices, as floats (Ultralytics' convention; ``labels`` has them as int64)."""
+        return self._labels.float()
+
+
+class OrientedBoxes(torch.Tensor):
+    """An oriented-box result's boxes: the ``n×5`` ``cx, cy, w, h, angle`` tensor (original-image pixels, radians,
+    long side first, angle in ``[-pi/2, pi/2)``: ``zoo_core/ops/rotated_boxes.py``) with Ultralytics' ``result.obb``
+    views: ``xywhr``, ``xyxyxyxy`` (``n×4×2`` corners), ``xyxyxyxyn`` (divided by the image size), ``xyxy`` (the
+    enclosing axis-aligned boxes), ``conf`` and ``cls``."""
+
+    @staticmethod
+    def of(xywhr: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, shape: tuple[int, int]) -> "OrientedBoxes":
+        """Oriented boxes for ``xywhr`` with their scores, labels and the image's ``(height, width)``."""
+        boxes = xywhr.as_subclass(OrientedBoxes)
+        boxes._scores, boxes._labels, boxes._shape = scores, labels, shape
+        return boxes
+
+    @property
+    def xywhr(self) -> torch.Tensor:
+        """``n×5`` centre x, centre y, width, height (pixels) and angle (radians)."""
+        return self.as_subclass(torch.Tensor)
+
+    @property
+    def xyxyxyxy(self) -> torch.Tensor:
+        """``n×4×2`` corners in pixels, in loop order."""
+        from zoo_core.ops.rotated_boxes import xywhr_to_corners
+
+        return xywhr_to_corners(self.xywhr)
+
+    @property
+    def xyxyxyxyn(self) -> torch.Tensor:
+        """``xyxyxyxy`` divided by the image's width and height."""
+        height, width = self._shape
+        return self.xyxyxyxy / torch.tensor([width, height], dtype=self.dtype)
+
+    @property
+    def xyxy(self) -> torch.Tensor:
+        """``n×4`` the axis-aligned boxes enclosing the oriented ones."""
+        from zoo_core.ops.rotated_boxes import xywhr_to_xyxy
+
+        return xywhr_to_xyxy(self.xywhr)
 
     @property
     def conf(self) -> torch.Tensor:
@@ -405,6 +454,60 @@ class InstanceSegmentationResult(DetectionResult):
             values = (label, *polygon.reshape(-1).tolist(), score) if save_conf else (label, *polygon.reshape(-1).tolist())
             lines.append(" ".join(f"{value:g}" for value in values))
         return lines
+
+
+@dataclass(repr=False)
+class OrientedBoxResult(LabelledItemsResult):
+    """Oriented boxes: ``obb`` (an ``OrientedBoxes``: ``n×5`` ``cx, cy, w, h, angle`` in original-image pixels with
+    ``.xywhr``, ``.xyxyxyxy``, ``.conf``, ``.cls``), ``scores`` (n) and ``labels`` (n, int64)."""
+
+    task: ClassVar[str] = "obb"
+    geometry: ClassVar[str] = "obb"
+    items: ClassVar[str] = "detections"
+    obb: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 5))
+
+    def __post_init__(self) -> None:
+        data = self.obb.as_subclass(torch.Tensor).reshape(-1, 5)
+        if len(data) != len(self.labels) or len(data) != len(self.scores):
+            raise ValueError(f"an oriented-box result needs one score and one label per box; got {len(data)} boxes, "
+                             f"{len(self.scores)} scores and {len(self.labels)} labels")
+        self.obb = OrientedBoxes.of(data, self.scores, self.labels, self.orig_shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The boxes (``obb``: ``[cx, cy, w, h, angle]``), their corners (``corners``), scores and class names."""
+        return {**super().to_dict(), "corners": self.obb.xyxyxyxy.tolist()}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per detection: class, name, score, the rotated box and its four corners."""
+        return [
+            {"name": self.name, "class": int(label), "class_name": self.names.get(int(label), str(int(label))),
+             "score": float(score), "cx": box[0], "cy": box[1], "w": box[2], "h": box[3], "angle": box[4],
+             **{f"{axis}{corner + 1}": corners[corner][position] for corner in range(4) for position, axis in enumerate("xy")}}
+            for box, corners, score, label in zip(self.obb.xywhr.tolist(), self.obb.xyxyxyxy.tolist(), self.scores.tolist(),
+                                                   self.labels.tolist())
+        ]
+
+    def plot(self, line_width: int | None = None) -> np.ndarray:
+        """Each rotated box outlined in its class colour with a ``name score`` caption; ``line_width`` in pixels."""
+        drawn = draw_rotated_boxes(self.orig_image, self.obb.xyxyxyxy, self.labels.tolist(), self.names,
+                                   scores=self.scores.tolist(), line_width=line_width)
+        return as_numpy_image(drawn)
+
+    def yolo_lines(self, save_conf: bool = False) -> list[str]:
+        """One line per box in the YOLO OBB label format: ``class x1 y1 x2 y2 x3 y3 x4 y4`` (corners normalised to the
+        image), then the score with ``save_conf``; numbers as ``%g``, as Ultralytics' ``save_txt`` writes them."""
+        lines = []
+        for label, corners, score in zip(self.labels.tolist(), self.obb.xyxyxyxyn.reshape(-1, 8).tolist(), self.scores.tolist()):
+            values = (label, *corners, score) if save_conf else (label, *corners)
+            lines.append(" ".join(f"{value:g}" for value in values))
+        return lines
+
+    def save_txt(self, path: str | Path, save_conf: bool = False) -> Path:
+        """Write ``yolo_lines(save_conf)`` to ``path`` (one line per box; an empty file when nothing was found)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{line}\n" for line in self.yolo_lines(save_conf)), encoding="utf-8")
+        return path
 
 
 @dataclass(repr=False)
