@@ -207,3 +207,20 @@ def test_oriented_box_result_views_json_and_yolo_obb_lines(tmp_path: Path) -> No
     drawn = result.plot()
     assert drawn.shape == (100, 200, 3) and drawn.any()
     assert len(result.keep_classes([0]).labels) == 0
+
+
+def test_zoo_convert_dota_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from PIL import Image
+
+    from zoo_core.cli import main
+
+    source = tmp_path / "dota"
+    for split in ("train", "val"):
+        (source / split / "images").mkdir(parents=True)
+        Image.new("RGB", (100, 100)).save(source / split / "images" / "a.png")
+        _write(source / split / "labelTxt" / "a.txt", "10 10 50 10 50 30 10 30 ship 0\n")
+    assert main(["convert-dota", str(source), str(tmp_path / "out"), "--names", "plane,ship"]) == 0
+    assert "data.yaml" in capsys.readouterr().out
+    assert (tmp_path / "out" / "labels" / "val" / "a.txt").read_text().startswith("1 0.1")
+    assert main(["convert-dota", str(tmp_path / "missing"), str(tmp_path / "x")]) == 2
+    assert "not a DOTA folder" in capsys.readouterr().err

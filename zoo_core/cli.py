@@ -173,6 +173,17 @@ def command_info(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_convert_dota(arguments: argparse.Namespace) -> int:
+    """``zoo convert-dota SOURCE TARGET``: a DOTA folder written as a YOLO OBB dataset (``zoo_core/data/obb_format.py``)."""
+    from zoo_core.data.obb_format import convert_dota
+
+    names = [name.strip() for name in arguments.names.split(",") if name.strip()] if arguments.names else None
+    done = convert_dota(arguments.source, arguments.target, names=names, skip_difficult=arguments.skip_difficult)
+    counts = ", ".join(f"{split}: {done.images[split]} images, {done.objects[split]} objects" for split in done.images)
+    print(f"{done.yaml_path} ({len(done.names)} classes; {counts}); train with: zoo train <model> data={done.yaml_path}")
+    return 0
+
+
 def command_plugins(arguments: argparse.Namespace) -> int:
     """``zoo plugins``: every loaded plugin with its distribution, version and families."""
     from zoo_core.plugin_manager import get_plugin_manager
@@ -471,6 +482,13 @@ def build_parser() -> argparse.ArgumentParser:
     info.add_argument("family", help="a family name (yolo9) or a model name (yolo9-t)")
     info.add_argument("--json", action="store_true")
     info.set_defaults(handler=command_info)
+
+    dota = commands.add_parser("convert-dota", allow_abbrev=False, help="write a DOTA folder as a YOLO OBB dataset")
+    dota.add_argument("source", help="the DOTA folder: train/ and val/, each with images/ and labelTxt/")
+    dota.add_argument("target", help="a new (or empty) folder for the YOLO OBB dataset and its data.yaml")
+    dota.add_argument("--names", help="the class order, comma-separated (default: every class seen, sorted)")
+    dota.add_argument("--skip-difficult", action="store_true", help="leave out the objects DOTA marks difficult")
+    dota.set_defaults(handler=command_convert_dota)
 
     plugins = commands.add_parser("plugins", allow_abbrev=False, help="list the loaded plugins")
     plugins.add_argument("--json", action="store_true")
