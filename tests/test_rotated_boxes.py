@@ -224,3 +224,34 @@ def test_zoo_convert_dota_command(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (tmp_path / "out" / "labels" / "val" / "a.txt").read_text().startswith("1 0.1")
     assert main(["convert-dota", str(tmp_path / "missing"), str(tmp_path / "x")]) == 2
     assert "not a DOTA folder" in capsys.readouterr().err
+
+
+def _shard_map(rank: int, world_size: int) -> dict[str, float]:
+    """OBB mAP over the images of ``rank``'s shard (every ``world_size``-th image: 4 and 3 of 7 on two ranks)."""
+    predictions, truths = _metric_inputs()
+    metric = RotatedMeanAveragePrecision()
+    mine = list(range(rank, len(predictions), world_size))
+    metric.update([predictions[index] for index in mine], [truths[index] for index in mine], mine)
+    values = metric.compute()
+    return {key: float(values[key]) for key in ("map", "map_50", "map_75")}
+
+
+def _metric_rank_main(rank: int, world_size: int, port: int, output: str) -> None:
+    import json
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
+    try:
+        Path(output, f"rank{rank}.json").write_text(json.dumps(_shard_map(rank, world_size)))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_obb_map_on_two_gloo_processes_equals_one_process(tmp_path: Path) -> None:
+    from . import family_checks as checks
+
+    single = _shard_map(0, 1)
+    checks.run_on_two_processes(_metric_rank_main, tmp_path, deadline_s=120, what="OBB validation")
+    checks.assert_every_rank_wrote(tmp_path, single)
