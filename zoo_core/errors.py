@@ -49,6 +49,7 @@ __all__ = [
     "WeightsMismatchError",
     "WeightsWriteError",
     "ArgumentError",
+    "TrackerConfigError",
     "TrainConfigError",
     "DeviceSpecError",
     "BatchSizeError",
@@ -200,6 +201,10 @@ class WeightsWriteError(WeightsError, OSError):
 
 class ArgumentError(ZooError, ValueError):
     """An argument of ``val``, ``predict`` or ``export`` with a bad value (the message names it and the accepted values)."""
+
+
+class TrackerConfigError(ZooError, ValueError):
+    """A tracker YAML or tracker argument zoo cannot use (unknown key, value out of range, missing file)."""
 
 
 class TrainConfigError(ZooError, ValueError):
