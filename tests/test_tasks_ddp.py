@@ -3,7 +3,7 @@
 Each rank validates its ``InferenceShardSampler`` shard of 5 samples (3 and 2: an uneven split,
 with a different number of batches per rank), then of 1 sample (rank 1 gets none); the
 torchmetrics states are synchronised in ``compute()``, so both ranks must return exactly the
-numbers one process computes.
+numbers one process computes (detection's per-class table too: images, instances, P, R, mAP per class).
 """
 
 from __future__ import annotations
@@ -73,7 +73,10 @@ def validate_shard(task_name: str, rank: int, world_size: int, samples: int = SA
     task, spec, dataset, model = build_case(task_name, samples)
     loader = DataLoader(dataset, batch_size=2, sampler=InferenceShardSampler(len(dataset), rank, world_size), collate_fn=task.collate)
     report = ValidationReport(report_to / task_name, write=rank == 0) if report_to is not None else None
-    metrics: dict[str, Any] = task.validate(model, loader, torch.device("cpu"), spec.names, report=report)
+    found = task.validate(model, loader, torch.device("cpu"), spec.names, report=report)
+    metrics: dict[str, Any] = dict(found)
+    if getattr(found, "class_table", None) is not None:  # detection's per-class table (P, R, mAP per class) too
+        metrics["class_table"] = found.class_table.rows()
     if report is not None:
         metrics.update({name: value.tolist() for name, value in report.numbers.items()})
     return metrics
@@ -103,6 +106,8 @@ def test_sharded_validation_on_two_processes_equals_one_process(tmp_path: Path):
     # the numbers must be informative, or equality would prove little
     assert 0 < single["detect"]["mAP50"] < 1 and 0 < single["semantic"]["mIoU"] < 1
     assert 0 < single["restore"]["psnr"] < 100 and 0 < single["classify"]["top5"]
+    table = single["detect"]["class_table"]
+    assert len(table) > 2 and table[0]["name"] == "all" and 0 < table[0]["precision"] < 1 and 0 < table[0]["recall"] <= 1
 
     context = torch_multiprocessing.start_processes(
         _rank_main, args=(2, find_free_port(), str(tmp_path)), nprocs=2, join=False, start_method="spawn"

@@ -423,7 +423,10 @@ class LibreYOLO:
 
     def val(self, **kwargs: Any) -> dict[str, float]:
         """Validate on ``data`` and return the task's metrics (``zoo_core.tasks.runner.validate`` lists every argument;
-        another is an ``ArgumentError`` naming the closest)."""
+        another is an ``ArgumentError`` naming the closest).
+
+        For detection and segmentation the dict also carries the per-class table (images, instances, P, R, mAP50,
+        mAP50-95; ``zoo_core.tasks.class_table``) as ``metrics.class_table``, printed unless ``verbose=False``."""
         from zoo_core.tasks.runner import arguments_of, check_arguments, validate
 
         check_arguments("val", kwargs, arguments_of(validate, internal=("libre", "size_multiple")))

@@ -400,7 +400,10 @@ class Trainer:
         model.eval()
         report = ValidationReport(self.run_dir, write=self.context.is_main)
         batches = validation_progress(loaders.val, enabled=self.context.is_main and self.config.verbose)
-        self.task.validate(model, batches, self.device, self.meta.names, report=report)
+        metrics = self.task.validate(model, batches, self.device, self.meta.names, report=report)
+        table = getattr(metrics, "class_table", None)
+        if table is not None:  # Ultralytics prints best.pt's per-class table when training ends
+            console(self.context, self.config, table.format())
 
     def _make_best_lean(self, result: TrainResult) -> None:
         """Rank 0 rewrites the final ``best.pt`` lean (``checkpoint.write_lean_best``).

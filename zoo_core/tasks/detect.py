@@ -21,7 +21,9 @@ postprocess does; a DETR does not clip); without it the boxes stay in input pixe
 also supplies ``model.loss`` (detection has no default loss).
 
 Metrics: COCO mAP50-95, mAP50 and mAP75 and mean recall (torchmetrics ``MeanAveragePrecision``,
-pycocotools backend) in original-image coordinates; ``fitness = 0.1 mAP50 + 0.9 mAP50-95``.
+pycocotools backend) in original-image coordinates; ``fitness = 0.1 mAP50 + 0.9 mAP50-95``; with them
+the per-class table (images, instances, P, R, mAP50, mAP50-95: ``zoo_core.tasks.class_table``) as the
+returned dict's ``class_table``.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from zoo_core.data.yolo_format import (
 from zoo_core.ops.boxes import ImagePlacement
 from zoo_core.registry import InputPipeline
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError, Task, move_to_device, unwrap_model
+from zoo_core.tasks.class_table import ValidationMetrics, detection_class_table
 from zoo_core.tasks.predictions import DetectionResult
 
 if TYPE_CHECKING:
@@ -370,8 +373,9 @@ class DetectTask(Task):
         from zoo_core.tasks.metrics import OrderedMeanAveragePrecision
 
         postprocess = self._postprocess(model)
-        # The report's curves need COCO's full precision table (extended_summary); its confusion matrix is summed over ranks.
-        metric = OrderedMeanAveragePrecision(extended_summary=report is not None)
+        # The per-class table and the report's curves need COCO's full precision table (extended_summary); the
+        # confusion matrix is summed over ranks.
+        metric = OrderedMeanAveragePrecision(extended_summary=True)
         confusion = None
         if report is not None:
             from zoo_core.reports.confusion import DetectionConfusionMatrix
@@ -411,13 +415,14 @@ class DetectTask(Task):
             matrix = confusion.compute()
             report.charts(lambda folder: plot_confusion_matrix(matrix, names, folder, background=True), confusion_matrix=matrix)
             report.charts(lambda folder: plot_detection_curves(values, names, folder))
-        return {
+        metrics = {
             "mAP50-95": map50_95,
             "mAP50": map50,
             "mAP75": max(float(values["map_75"]), 0.0),
             "mAR100": max(float(values["mar_100"]), 0.0),
             "fitness": detection_fitness(map50, map50_95),
         }
+        return ValidationMetrics(metrics, detection_class_table(values, names))
 
     @staticmethod
     def _draw_validation_batch(

@@ -94,7 +94,30 @@ class OrderedMeanAveragePrecision(MeanAveragePrecision):
             values = getattr(self, name)
             if len(values) == len(order) or len(values) == len(self.sample_index):
                 setattr(self, name, [values[position] for position in order] if values else values)
-        return super().compute()
+        values = super().compute()
+        values.update(self._label_counts())
+        return values
+
+    def _label_counts(self) -> dict[str, torch.Tensor]:
+        """``images`` (distinct images seen), ``class_images`` and ``class_instances`` (2×K: the classes, then the images
+        holding a true box of each / its true boxes; crowd regions not counted), for the per-class table."""
+        images: dict[int, int] = {}
+        instances: dict[int, int] = {}
+        crowds = getattr(self, "groundtruth_crowds", None) or [None] * len(self.groundtruth_labels)
+        for labels, crowd in zip(self.groundtruth_labels, crowds):
+            labels = torch.as_tensor(labels).reshape(-1).long().cpu()
+            if crowd is not None and torch.as_tensor(crowd).numel() == labels.numel():
+                labels = labels[torch.as_tensor(crowd).reshape(-1).cpu() == 0]
+            for cls, count in zip(*torch.unique(labels, return_counts=True)):
+                images[int(cls)] = images.get(int(cls), 0) + 1
+                instances[int(cls)] = instances.get(int(cls), 0) + int(count)
+        classes = sorted(instances)
+
+        def table(counts: dict[int, int]) -> torch.Tensor:
+            return torch.tensor([classes, [counts[cls] for cls in classes]], dtype=torch.int64).reshape(2, -1)
+
+        seen = len({int(index) for index in self.sample_index})
+        return {"images": torch.tensor(seen), "class_images": table(images), "class_instances": table(instances)}
 
 
 class PerSampleMean(Metric):

@@ -137,6 +137,7 @@ def validate(
     plots: bool = True,
     project: str | os.PathLike[str] | None = None,
     name: str = "val",
+    verbose: bool = True,
 ) -> Validation:
     """The task's metrics of ``libre``'s model on split ``split`` of ``data``.
 
@@ -155,6 +156,9 @@ def validate(
         conf, iou: thresholds handed to the family's ``postprocess``, for the tasks that take them (their
             ``thresholds``); None: the task's validation defaults (detection: conf 0.001, iou 0.7).
         plots, project, name: write the report, and where.
+        verbose: print the per-class table of the tasks that have one (detection, segmentation: images, instances,
+            P, R, mAP50, mAP50-95 per class, as Ultralytics prints it); it is returned either way, as the metrics'
+            ``class_table`` (``zoo_core.tasks.class_table``).
     """
     from torch.utils.data import DataLoader
 
@@ -199,6 +203,9 @@ def validate(
         report = ValidationReport(next_run_dir(libre.task, name, project))
     metrics = task.validate(model, loader, torch_device, spec.names if task.has_classes else libre.names, report=report)
     LOGGER.info("%s %s: %s", getattr(libre, "name", libre.task), split, ", ".join(f"{key} {value:.4f}" for key, value in metrics.items()))
+    table = getattr(metrics, "class_table", None)
+    if verbose and table is not None:
+        print(table.format(), flush=True)
     return Validation(metrics, report.folder if report is not None else None)
 
 

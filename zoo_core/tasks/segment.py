@@ -55,6 +55,7 @@ from zoo_core.data.input_pipeline import boxes_to_input, fit_to_input
 from zoo_core.data.instances import mask_to_rle
 from zoo_core.ops.boxes import ImagePlacement
 from zoo_core.tasks.base import AugmentSettings, DataSpec, ModelContractError
+from zoo_core.tasks.class_table import ValidationMetrics, detection_class_table
 from zoo_core.tasks.detect import DetectionDataset, DetectTask, _collate_detection, detection_fitness
 from zoo_core.tasks.predictions import InstanceSegmentationResult
 
@@ -299,7 +300,7 @@ class SegmentTask(DetectTask):
 
         postprocess = self._postprocess(model)
         # Masks are held as COCO RLEs from update on (torchmetrics encodes them), so memory grows with the objects, not the pixels.
-        metric = OrderedMeanAveragePrecision(iou_type=("bbox", "segm"), extended_summary=report is not None)
+        metric = OrderedMeanAveragePrecision(iou_type=("bbox", "segm"), extended_summary=True)  # the class table needs it
         confusion = None
         if report is not None:
             from zoo_core.reports.confusion import DetectionConfusionMatrix
@@ -334,17 +335,18 @@ class SegmentTask(DetectTask):
 
         box_map50_95, box_map50 = value("bbox_map"), value("bbox_map_50")
         mask_map50_95, mask_map50 = value("segm_map"), value("segm_map_50")
+        # The curves and the class table are the boxes' (the keys of a box-only metric); the class list and the label
+        # counts are shared by both IoU types.
+        box_values = {**{key: item for key, item in values.items() if not key.startswith(("bbox_", "segm_"))},
+                      **{key[len("bbox_"):]: item for key, item in values.items() if key.startswith("bbox_")}}
         if report is not None and confusion is not None:
             from zoo_core.reports.confusion import plot_confusion_matrix
             from zoo_core.reports.detection_curves import plot_detection_curves
 
             matrix = confusion.compute()
-            # The curves are the boxes' (the keys of a box-only metric); the class list is shared by both IoU types.
-            box_values = {**{key: item for key, item in values.items() if not key.startswith(("bbox_", "segm_"))},
-                          **{key[len("bbox_"):]: item for key, item in values.items() if key.startswith("bbox_")}}
             report.charts(lambda folder: plot_confusion_matrix(matrix, names, folder, background=True), confusion_matrix=matrix)
             report.charts(lambda folder: plot_detection_curves(box_values, names, folder))
-        return {
+        metrics = {
             "mAP50-95": box_map50_95,
             "mAP50": box_map50,
             "mAP75": value("bbox_map_75"),
@@ -354,6 +356,7 @@ class SegmentTask(DetectTask):
             "mask_mAP75": value("segm_map_75"),
             "fitness": segment_fitness(box_map50, box_map50_95, mask_map50, mask_map50_95),
         }
+        return ValidationMetrics(metrics, detection_class_table(box_values, names))
 
     @staticmethod
     def _draw_instance_validation_batch(
