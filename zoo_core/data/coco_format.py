@@ -51,6 +51,7 @@ __all__ = [
 MAX_COCO_JSON_BYTES = 2 * 1024**3
 COCO_JSON_SUFFIX = ".json"
 _PREFIX = "instances_"
+_PREFIXES = (_PREFIX, "person_keypoints_")  # COCO's instance and keypoint files name their split after these
 
 
 class _Image(BaseModel):
@@ -88,6 +89,8 @@ class _Annotation(BaseModel):
     bbox: tuple[float, float, float, float]
     segmentation: Union[list[list[float]], _Rle, None] = None
     iscrowd: int = Field(default=0, ge=0, le=1)
+    keypoints: Union[list[float], None] = None  # COCO person_keypoints: x1, y1, v1, ... in pixels (the pose task)
+    area: Union[float, None] = None
 
 
 @dataclass
@@ -99,6 +102,10 @@ class CocoInstances:
     names: dict[int, str]
     category_ids: list[int]  # class k is category category_ids[k]
     records: list[InstanceRecord]
+    #: With ``read_coco_instances(keypoints=K)``: per record an n×K×3 float32 array (x, y normalised, visibility
+    #: 0/1/2) aligned with its box rows, and the annotations' ``area`` in pixels (NaN where the file gives none).
+    keypoints: list[np.ndarray] | None = None
+    areas: list[np.ndarray] | None = None
 
 
 def _first_error(error: ValidationError) -> str:
@@ -154,7 +161,10 @@ def coco_names(json_path: Path) -> dict[int, str]:
 
 def _split_name(json_path: Path) -> str:
     stem = json_path.stem
-    return stem[len(_PREFIX):] if stem.startswith(_PREFIX) else stem
+    for prefix in _PREFIXES:
+        if stem.startswith(prefix):
+            return stem[len(prefix):]
+    return stem
 
 
 def coco_image_folder(json_path: Path, file_name: str | None) -> Path:
@@ -206,13 +216,33 @@ def _box_polygon(box: np.ndarray) -> InstanceShape:
     return InstanceShape(polygons=(np.array([[x1, y1], [x2, y1], [x2, y2], [x1, y2]], dtype=np.float32),))
 
 
+def _keypoints_of(annotation: _Annotation, count: int, height: int, width: int) -> np.ndarray | str:
+    """The annotation's ``count`` keypoints as a K×3 float32 array (x, y normalised, visibility), or why not."""
+    values = annotation.keypoints
+    if values is None:
+        return "no keypoints (a pose dataset needs every non-crowd object's 'keypoints': x1, y1, v1, ...)"
+    if len(values) != 3 * count:
+        return f"{len(values)} keypoint values; the dataset's {count} keypoints need {3 * count} (x, y, v each)"
+    if not all(math.isfinite(value) for value in values):
+        return "a non-finite keypoint value"
+    points = np.asarray(values, dtype=np.float64).reshape(count, 3)
+    if np.any(~np.isin(points[:, 2], (0.0, 1.0, 2.0))):
+        return "a keypoint visibility other than 0, 1 or 2"
+    points[:, 0] /= width
+    points[:, 1] /= height
+    points[points[:, 2] == 0, :2] = 0.0  # COCO writes unlabelled points as 0, 0, 0
+    points[:, :2] = np.clip(points[:, :2], 0.0, 1.0)
+    return points.astype(np.float32)
+
+
 def read_coco_instances(json_path: Path, names: Mapping[int, str] | None, report: ProblemReport,
-                        need_shapes: bool = True) -> CocoInstances:
+                        need_shapes: bool = True, keypoints: int | None = None) -> CocoInstances:
     """The usable images of COCO file ``json_path`` with their objects (see the module docstring).
 
     ``names`` (``None``: the file's categories) must have one class per category. ``need_shapes=False``
     (detection) keeps an annotation without ``segmentation`` for its box, its shape then the box's rectangle;
-    with ``need_shapes`` such an annotation is skipped and reported.
+    with ``need_shapes`` such an annotation is skipped and reported. ``keypoints=K`` (the pose task) also reads
+    every annotation's ``keypoints`` (K points); a non-crowd annotation without them is skipped and reported.
     """
     parsed = _parse_file(json_path, load_coco_json(json_path))
     category_ids = _category_order(json_path, parsed)
@@ -236,6 +266,7 @@ def read_coco_instances(json_path: Path, names: Mapping[int, str] | None, report
     found = usable_images([image_folder / image.file_name for image in images.values()], report)
     shapes_on_disk = dict(found)
     objects: dict[int, list[tuple[np.ndarray, InstanceShape, bool]]] = {image_id: [] for image_id in images}
+    points: dict[int, list[tuple[np.ndarray, float]]] = {image_id: [] for image_id in images}
     usable: dict[int, tuple[int, int]] = {}
     for image_id, image in images.items():
         shape = shapes_on_disk.get(image_folder / image.file_name)
@@ -278,17 +309,35 @@ def read_coco_instances(json_path: Path, names: Mapping[int, str] | None, report
                 report.add(json_path, f"{label}: {region}{fix}; skipped")
                 continue
             region = _box_polygon(box)
+        if keypoints is not None:
+            if annotation.iscrowd and annotation.keypoints is None:
+                found = np.zeros((keypoints, 3), dtype=np.float32)  # a crowd region is only ignored by the metric
+            else:
+                found = _keypoints_of(annotation, keypoints, height, width)
+            if isinstance(found, str):
+                report.add(json_path, f"{label}: {found}; skipped")
+                continue
+            points[annotation.image_id].append((found, float("nan") if annotation.area is None else float(annotation.area)))
         row = np.concatenate([[class_of[annotation.category_id]], box]).astype(np.float32)
         objects[annotation.image_id].append((row, region, bool(annotation.iscrowd)))
     records = []
+    record_points: list[np.ndarray] = []
+    record_areas: list[np.ndarray] = []
     for image_id, (height, width) in usable.items():
         rows = objects[image_id]
+        if keypoints is not None:
+            found_points = points[image_id]
+            record_points.append(np.stack([item for item, _ in found_points]) if found_points
+                                 else np.zeros((0, keypoints, 3), dtype=np.float32))
+            record_areas.append(np.array([area for _, area in found_points], dtype=np.float64))
         records.append(InstanceRecord(
             image=image_folder / images[image_id].file_name, height=height, width=width,
             labels=np.stack([row for row, _, _ in rows]) if rows else np.zeros((0, 5), dtype=np.float32),
             shapes=[region for _, region, _ in rows], crowd=np.array([crowd for _, _, crowd in rows], dtype=bool),
         ))
-    return CocoInstances(json_path=json_path, image_folder=image_folder, names=dict(names), category_ids=category_ids, records=records)
+    return CocoInstances(json_path=json_path, image_folder=image_folder, names=dict(names), category_ids=category_ids, records=records,
+                         keypoints=record_points if keypoints is not None else None,
+                         areas=record_areas if keypoints is not None else None)
 
 
 def names_coco_json(content: Mapping[str, Any]) -> bool:

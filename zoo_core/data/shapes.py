@@ -17,9 +17,18 @@ on-disk formats, so the ordinary loaders read it::
     segment/images/{train,val}/000000.png  the same scenes (hard links, copies where links fail)
     segment/labels/{train,val}/000000.txt  YOLO-seg labels: class x1 y1 ... xk yk (normalised), one object a line
     coco/instances_{train,val}.json        COCO instance JSON of the same objects: exact RLE masks, images/{split}
+    pose/images/{train,val}/000000.png     the same scenes again (links)
+    pose/labels/{train,val}/000000.txt     YOLO pose labels: class cx cy w h, then 4 × x y v (normalised)
+    coco/person_keypoints_{train,val}.json COCO keypoint JSON of the same objects
     obb/images/{train,val}/000000.png      scenes of rotated rectangles (their own scenes, see below)
     obb/labels/{train,val}/000000.txt      YOLO OBB labels: class x1 y1 x2 y2 x3 y3 x4 y4 (normalised corners)
-    detect.yaml  segment.yaml  coco.yaml  semantic.yaml  restore.yaml  obb.yaml  shapes.json
+    detect.yaml  segment.yaml  coco.yaml  pose.yaml  coco-pose.yaml  semantic.yaml  restore.yaml  obb.yaml  shapes.json
+
+Every object has four keypoints (``SHAPES_KEYPOINTS``), the top-left, top-right, bottom-right and bottom-left
+of its own upright frame: a square's corners, a cross's inner corners, a triangle's apex (in both top slots)
+and base corners, a circle's rim at the diagonals. ``pose.yaml`` gives ``kpt_shape: [4, 3]``, the flip map
+``[1, 0, 3, 2]`` and the outline as its ``skeleton``; a point covered by a later object has visibility 1, every
+other 2.
 
 The oriented-box scenes (``obb.yaml``, classes ``bar`` and ``slab``) hold 1-3 filled rectangles at any
 angle on the same textured backgrounds: a bar 2.8-4 times as long as it is wide, a slab 1.4-1.9 times,
@@ -58,6 +67,9 @@ from zoo_core.settings import datasets_dir
 __all__ = [
     "SHAPES_CLASSES",
     "OBB_CLASSES",
+    "SHAPES_KEYPOINTS",
+    "SHAPES_FLIP_INDEX",
+    "SHAPES_SKELETON",
     "GENERATOR_VERSION",
     "OBBScene",
     "render_obb_scene",
@@ -74,9 +86,15 @@ SHAPES_CLASSES = ("circle", "square", "triangle", "cross")
 #: The classes of the oriented-box scenes (``obb.yaml``).
 OBB_CLASSES = ("bar", "slab")
 # Bump when the rendering changes, so caches written by an older generator are not reused
-# (3: the oriented-box scenes were added).
+# (3: keypoints and the pose files, and the oriented-box scenes).
 GENERATOR_VERSION = 3
 _OBB_STREAM = 7  # the oriented-box scenes' own random stream, beside the split code
+#: The shapes' keypoints (``_shape_keypoints``): top-left, top-right, bottom-right, bottom-left of each shape's frame.
+SHAPES_KEYPOINTS = ("top_left", "top_right", "bottom_right", "bottom_left")
+#: What each keypoint becomes in a left-right mirrored image (the pose YAML's ``flip_idx``).
+SHAPES_FLIP_INDEX = (1, 0, 3, 2)
+#: The outline joining the keypoints, drawn by pose results (the pose YAML's ``skeleton``).
+SHAPES_SKELETON = ((0, 1), (1, 2), (2, 3), (3, 0))
 _SPLIT_CODES = {"train": 0, "val": 1}
 _SPELLING_KEYS = {"train": "num_train", "val": "num_val", "size": "image_size", "seed": "seed"}
 _MIN_VISIBLE_FRACTION = 0.6
@@ -158,6 +176,8 @@ class Scene:
     classes: list[int]
     boxes: list[tuple[int, int, int, int]]  # x1, y1, x2, y2 pixel edges of the visible pixels
     instance_map: np.ndarray | None = None  # H×W int16
+    #: Per object its four keypoints (4×3: x, y in pixel-edge coordinates, visibility 2 or 1 where another object covers it).
+    keypoints: list[np.ndarray] | None = None
 
     def instance_mask(self, index: int) -> np.ndarray:
         """The visible pixels of object ``index`` (H×W bool)."""
@@ -198,6 +218,29 @@ def _rotated(points: np.ndarray, angle: float, centre: tuple[float, float]) -> l
     rotation = np.array([[cosine, -sine], [sine, cosine]])
     moved = points @ rotation.T + np.asarray(centre)
     return [(float(x), float(y)) for x, y in moved]
+
+
+def _shape_keypoints(class_id: int, centre: tuple[float, float], extent: float, angle: float) -> np.ndarray:
+    """The four keypoints of one shape (4×2, PIL's drawing coordinates), in the order top-left, top-right,
+    bottom-right, bottom-left of the shape's own upright frame (``SHAPES_FLIP_INDEX`` swaps them left-right):
+    a square's corners, a cross's four inner corners, a triangle's apex (twice: it is top-left and top-right)
+    and base corners, and the circle's rim at the four diagonals."""
+    half = extent / 2
+    name = SHAPES_CLASSES[class_id]
+    if name == "square":
+        frame = np.array([[-half, -half], [half, -half], [half, half], [-half, half]])
+    elif name == "cross":
+        arm = extent / 6
+        frame = np.array([[-arm, -arm], [arm, -arm], [arm, arm], [-arm, arm]])
+    elif name == "triangle":
+        radius = extent / math.sqrt(3) * 1.15
+        apex = [radius * math.cos(-math.pi / 2), radius * math.sin(-math.pi / 2)]
+        frame = np.array([apex, apex, [radius * math.cos(math.pi / 6), radius * math.sin(math.pi / 6)],
+                          [radius * math.cos(5 * math.pi / 6), radius * math.sin(5 * math.pi / 6)]])
+    else:  # circle
+        rim = half / math.sqrt(2)
+        frame = np.array([[-rim, -rim], [rim, -rim], [rim, rim], [-rim, rim]])
+    return np.asarray(_rotated(frame, angle, centre), dtype=np.float64)
 
 
 def _shape_mask(class_id: int, size: int, centre: tuple[float, float], extent: float, angle: float) -> np.ndarray:
@@ -242,6 +285,7 @@ def render_scene(rng: np.random.Generator, size: int) -> Scene:
     owner = np.full((size, size), -1, dtype=np.int16)
     full_areas: list[int] = []
     classes: list[int] = []
+    corners: list[np.ndarray] = []
     wanted = int(rng.integers(1, 5))
     for _ in range(wanted):
         for _attempt in range(30):
@@ -265,6 +309,8 @@ def render_scene(rng: np.random.Generator, size: int) -> Scene:
             owner[mask] = len(classes)
             full_areas.append(area)
             classes.append(class_id)
+            # PIL draws pixel i's centre at coordinate i; labels count pixel i as spanning i..i+1.
+            corners.append(_shape_keypoints(class_id, centre, extent, angle) + 0.5)
             break
     noise = rng.normal(0, rng.uniform(2, 7), image.shape)
     pixels = np.clip(np.rint(image + noise), 0, 255).astype(np.uint8)
@@ -275,7 +321,15 @@ def render_scene(rng: np.random.Generator, size: int) -> Scene:
         class_map[visible] = class_id + 1
         rows, columns = np.nonzero(visible)
         boxes.append((int(columns.min()), int(rows.min()), int(columns.max()) + 1, int(rows.max()) + 1))
-    return Scene(image=pixels, class_map=class_map, classes=classes, boxes=boxes, instance_map=owner)
+    keypoints = []
+    for index, points in enumerate(corners):
+        # A point under a later object is labelled but occluded (COCO's v=1); every other one is visible (v=2).
+        pixel_x = np.clip(np.floor(points[:, 0]).astype(int), 0, size - 1)
+        pixel_y = np.clip(np.floor(points[:, 1]).astype(int), 0, size - 1)
+        covering = owner[pixel_y, pixel_x]
+        visibility = np.where((covering > index), 1.0, 2.0)
+        keypoints.append(np.concatenate([np.clip(points, 0.0, size), visibility[:, None]], axis=1).astype(np.float32))
+    return Scene(image=pixels, class_map=class_map, classes=classes, boxes=boxes, instance_map=owner, keypoints=keypoints)
 
 
 @dataclass
@@ -380,11 +434,12 @@ def write_shapes(config: ShapesConfig, root: Path) -> None:
     size = config.image_size
     categories = [{"id": index + 1, "name": name, "supercategory": "shape"} for index, name in enumerate(SHAPES_CLASSES)]
     for split, count in (("train", config.num_train), ("val", config.num_val)):
-        for kind in ("images", "labels", "masks", "segment/images", "segment/labels"):
+        for kind in ("images", "labels", "masks", "segment/images", "segment/labels", "pose/images", "pose/labels"):
             (root / kind / split).mkdir(parents=True)
         (root / "coco").mkdir(exist_ok=True)
         coco_images: list[dict[str, Any]] = []
         coco_annotations: list[dict[str, Any]] = []
+        keypoint_annotations: list[dict[str, Any]] = []
         for name in SHAPES_CLASSES:
             (root / "classify" / split / name).mkdir(parents=True)
         for index in range(count):
@@ -392,23 +447,34 @@ def write_shapes(config: ShapesConfig, root: Path) -> None:
             stem = f"{index:06d}"
             Image.fromarray(scene.image).save(root / "images" / split / f"{stem}.png", compress_level=1)
             _link_or_copy(root / "images" / split / f"{stem}.png", root / "segment" / "images" / split / f"{stem}.png")
+            _link_or_copy(root / "images" / split / f"{stem}.png", root / "pose" / "images" / split / f"{stem}.png")
             Image.fromarray(scene.class_map).save(root / "masks" / split / f"{stem}.png", compress_level=1)
             image_id = index + 1
             coco_images.append({"id": image_id, "file_name": f"{stem}.png", "height": size, "width": size})
-            lines, polygon_lines = [], []
+            lines, polygon_lines, pose_lines = [], [], []
             for object_index, (class_id, box) in enumerate(zip(scene.classes, scene.boxes)):
                 x1, y1, x2, y2 = box
                 lines.append(f"{class_id} {(x1 + x2) / 2 / size:.6f} {(y1 + y2) / 2 / size:.6f} {(x2 - x1) / size:.6f} {(y2 - y1) / size:.6f}")
                 visible = scene.instance_mask(object_index)
                 polygon_lines.append(_polygon_line(class_id, visible))
                 coco_annotations.append(_coco_annotation(len(coco_annotations) + 1, image_id, class_id, visible, box))
+                points = scene.keypoints[object_index]  # type: ignore[index]
+                pose_lines.append(lines[-1] + "".join(f" {x / size:.6f} {y / size:.6f} {int(v)}" for x, y, v in points.tolist()))
+                keypoint_annotations.append({**coco_annotations[-1], "num_keypoints": len(points),
+                                             "keypoints": [round(value, 3) for point in points.tolist() for value in point]})
                 left, top, right, bottom = _crop_box(box, size)
                 crop = Image.fromarray(scene.image[top:bottom, left:right])
                 crop.save(root / "classify" / split / SHAPES_CLASSES[class_id] / f"{stem}_{object_index}.png", compress_level=1)
             (root / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in lines), encoding="utf-8")
             (root / "segment" / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in polygon_lines), encoding="utf-8")
+            (root / "pose" / "labels" / split / f"{stem}.txt").write_text("".join(line + "\n" for line in pose_lines), encoding="utf-8")
         coco = {"images": coco_images, "annotations": coco_annotations, "categories": categories}
         (root / "coco" / f"instances_{split}.json").write_text(json.dumps(coco, separators=(",", ":")) + "\n", encoding="utf-8")
+        keypoint_categories = [{**category, "keypoints": list(SHAPES_KEYPOINTS),
+                                "skeleton": [[a + 1, b + 1] for a, b in SHAPES_SKELETON]} for category in categories]
+        keypoint_file = {"images": coco_images, "annotations": keypoint_annotations, "categories": keypoint_categories}
+        (root / "coco" / f"person_keypoints_{split}.json").write_text(json.dumps(keypoint_file, separators=(",", ":")) + "\n",
+                                                                        encoding="utf-8")
         (root / "obb" / "images" / split).mkdir(parents=True)
         (root / "obb" / "labels" / split).mkdir(parents=True)
         for index in range(count):
@@ -422,6 +488,12 @@ def write_shapes(config: ShapesConfig, root: Path) -> None:
     _write_yaml(root / "obb.yaml", {"path": ".", "train": "obb/images/train", "val": "obb/images/val", "names": dict(enumerate(OBB_CLASSES))})
     _write_yaml(root / "detect.yaml", {"path": ".", "train": "images/train", "val": "images/val", "names": detection_names})
     _write_yaml(root / "segment.yaml", {"path": ".", "train": "segment/images/train", "val": "segment/images/val", "names": detection_names})
+    pose_layout = {"kpt_shape": [len(SHAPES_KEYPOINTS), 3], "flip_idx": list(SHAPES_FLIP_INDEX),
+                   "skeleton": [list(pair) for pair in SHAPES_SKELETON]}
+    _write_yaml(root / "pose.yaml", {"path": ".", "train": "pose/images/train", "val": "pose/images/val", "names": detection_names,
+                                     **pose_layout})
+    _write_yaml(root / "coco-pose.yaml", {"path": ".", "train": "coco/person_keypoints_train.json",
+                                          "val": "coco/person_keypoints_val.json", "flip_idx": list(SHAPES_FLIP_INDEX)})
     # No names: a COCO-JSON dataset takes them from the file's categories (ids in sorted order).
     _write_yaml(root / "coco.yaml", {"path": ".", "train": "coco/instances_train.json", "val": "coco/instances_val.json"})
     _write_yaml(

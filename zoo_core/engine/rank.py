@@ -81,21 +81,24 @@ def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager
     if report and spec.source is None:
         classes = data.num_classes if data.names else spec.num_classes
         print(f"{spec.name}: randomly initialised (built fresh, no weights file), {classes} classes", flush=True)
-    if not data.names or data.num_classes == spec.num_classes:
+    # A dataset may also fix build options (the pose task: the number of keypoints and their skeleton).
+    options = {**spec.options, **dict(data.extra.get("model_options") or {})}
+    if (not data.names or data.num_classes == spec.num_classes) and options == dict(spec.options):
         names = dict(data.names) if data.names else dict(spec.names)
         return build_from_spec(spec, manager), spec.replace(names=names)
+    num_classes = data.num_classes if data.names else spec.num_classes
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(class_head_seed(seed))
-        adapted = manager.build_model(spec.family, spec.size, data.num_classes, spec.options)
+        adapted = manager.build_model(spec.family, spec.size, num_classes, options)
     trained = read_weights(spec.weights)[0] if spec.weights is not None else build_from_spec(spec, manager).state_dict()
     wanted = adapted.state_dict()
     kept = {key: value for key, value in trained.items() if key in wanted and wanted[key].shape == value.shape}
     adapted.load_state_dict(kept, strict=False)
     fresh = [key for key in wanted if key not in kept]
     if report and fresh and spec.source is not None:  # fine-tuning what spec.source held
-        print(f"{spec.name}: {spec.num_classes} -> {data.num_classes} classes; kept {len(kept)} of {len(wanted)} tensors "
+        print(f"{spec.name}: {spec.num_classes} -> {num_classes} classes; kept {len(kept)} of {len(wanted)} tensors "
               f"of {spec.source.name}, re-initialised the class-dependent ones: {', '.join(fresh)}", flush=True)
-    return adapted, spec.replace(num_classes=data.num_classes, names=dict(data.names))
+    return adapted, spec.replace(num_classes=num_classes, names=dict(data.names) if data.names else dict(spec.names), options=options)
 
 
 def run_rank(spec: ModelSpec, config: TrainConfig, *, device: torch.device, manager: "ZooPluginManager",

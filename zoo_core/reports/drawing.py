@@ -18,7 +18,11 @@ __all__ = [
     "class_colour", "drawing_sizes", "caption_font", "as_numpy_image", "draw_boxes", "draw_mask", "draw_caption",
     "image_grid", "save_image", "as_uint8_images", "draw_box_batch", "draw_captioned_batch", "IMAGES_PER_GRID",
     "draw_instance_masks", "mask_outlines", "draw_instance_batch", "draw_rotated_boxes", "draw_rotated_box_batch",
+    "draw_keypoints", "draw_pose_batch",
 ]
+
+#: A keypoint is drawn when its visibility or confidence reaches this (Ultralytics' plotting threshold).
+KEYPOINT_DRAW_THRESHOLD = 0.5
 
 IMAGES_PER_GRID = 16
 
@@ -208,6 +212,61 @@ def draw_instance_batch(images: torch.Tensor, rows: torch.Tensor, masks: torch.T
         labels = picked[:, 1].long().tolist()
         with_masks = draw_instance_masks(image, masks[mine], labels) if len(masks) == len(rows) else image
         drawn.append(draw_boxes(with_masks, picked[:, 2:6], labels, names, scores=scores))
+    return image_grid(drawn)
+
+
+def draw_keypoints(
+    image: torch.Tensor,
+    keypoints: torch.Tensor,
+    labels: Sequence[int],
+    skeleton: Sequence[Sequence[int]] = (),
+    radius: int | None = None,
+    line_width: int | None = None,
+) -> torch.Tensor:
+    """``image`` with each object's keypoints (``n×K×3``: x, y in image pixels and a visibility or confidence) as dots in
+    its class colour outlined in white, and the ``skeleton`` pairs joined by lines; points under
+    ``KEYPOINT_DRAW_THRESHOLD`` (unlabelled, or found with too little confidence) are left out."""
+    import cv2
+
+    points = keypoints.detach().float().cpu().reshape(len(labels), -1, 3) if len(labels) else keypoints.reshape(0, 1, 3)
+    if not len(points):
+        return image
+    canvas = np.ascontiguousarray(as_numpy_image(image))
+    height, width = canvas.shape[:2]
+    _, line = drawing_sizes((height, width))
+    line = line_width or line
+    radius = radius if radius is not None else max(2, round(min(height, width) * 0.008))
+    for object_points, label in zip(points.tolist(), labels):
+        colour = class_colour(int(label))
+        shown = [point[2] >= KEYPOINT_DRAW_THRESHOLD for point in object_points]
+        for first, second in skeleton:
+            if first < len(object_points) and second < len(object_points) and shown[first] and shown[second]:
+                start = (int(round(object_points[first][0])), int(round(object_points[first][1])))
+                end = (int(round(object_points[second][0])), int(round(object_points[second][1])))
+                cv2.line(canvas, start, end, colour, line, cv2.LINE_AA)
+        for (x, y, _), visible in zip(object_points, shown):
+            if visible:
+                centre = (int(round(x)), int(round(y)))
+                cv2.circle(canvas, centre, radius + 1, (255, 255, 255), -1, cv2.LINE_AA)
+                cv2.circle(canvas, centre, radius, colour, -1, cv2.LINE_AA)
+    return torch.from_numpy(canvas).permute(2, 0, 1).contiguous()
+
+
+def draw_pose_batch(images: torch.Tensor, rows: torch.Tensor, keypoints: torch.Tensor, names: Mapping[int, str],
+                    skeleton: Sequence[Sequence[int]] = ()) -> torch.Tensor:
+    """``draw_box_batch`` with each row's keypoints (``keypoints`` M×K×3, row i the points of ``rows`` row i, in input
+    pixels: a pose batch's) drawn over its box, joined by ``skeleton``."""
+    images = as_uint8_images(images[:IMAGES_PER_GRID])
+    rows = rows.detach().float().cpu()
+    keypoints = keypoints.detach().float().cpu()
+    drawn = []
+    for position, image in enumerate(images):
+        mine = rows[:, 0] == position
+        picked = rows[mine]
+        scores = picked[:, 6].tolist() if picked.shape[1] > 6 else None
+        labels = picked[:, 1].long().tolist()
+        boxed = draw_boxes(image, picked[:, 2:6], labels, names, scores=scores)
+        drawn.append(draw_keypoints(boxed, keypoints[mine], labels, skeleton) if len(keypoints) == len(rows) else boxed)
     return image_grid(drawn)
 
 

@@ -22,12 +22,13 @@ import numpy as np
 import torch
 
 from zoo_core.reports.drawing import (
-    as_numpy_image, class_colour, draw_boxes, draw_caption, draw_instance_masks, draw_mask, draw_rotated_boxes, mask_outlines,
+    as_numpy_image, class_colour, draw_boxes, draw_caption, draw_instance_masks, draw_keypoints, draw_mask, draw_rotated_boxes,
+    mask_outlines,
 )
 
 __all__ = [
-    "Result", "DetectionResult", "InstanceSegmentationResult", "PointsResult", "ClassificationResult", "SegmentationResult",
-    "RestorationResult", "Boxes", "Masks", "Probs", "OrientedBoxes", "OrientedBoxResult",
+    "Result", "DetectionResult", "InstanceSegmentationResult", "PoseResult", "Keypoints", "PointsResult", "ClassificationResult",
+    "SegmentationResult", "RestorationResult", "Boxes", "Masks", "Probs", "OrientedBoxes", "OrientedBoxResult",
 ]
 
 
@@ -452,6 +453,93 @@ class InstanceSegmentationResult(DetectionResult):
             if len(polygon) < 3:
                 continue
             values = (label, *polygon.reshape(-1).tolist(), score) if save_conf else (label, *polygon.reshape(-1).tolist())
+            lines.append(" ".join(f"{value:g}" for value in values))
+        return lines
+
+
+class Keypoints:
+    """A pose result's keypoints, Ultralytics' views of them: ``data`` (``n×K×3``: x, y in original-image pixels and
+    each point's confidence), ``xy`` (``n×K×2``), ``xyn`` (divided by the image's width and height) and ``conf``
+    (``n×K``)."""
+
+    def __init__(self, data: torch.Tensor, shape: tuple[int, int]) -> None:
+        if data.ndim != 3 or data.shape[-1] != 3:
+            raise ValueError(f"keypoints must be n×K×3 (x, y, confidence), got shape {tuple(data.shape)}")
+        self.data = data
+        self.orig_shape = shape
+
+    @property
+    def xy(self) -> torch.Tensor:
+        """``n×K×2`` x, y in pixels."""
+        return self.data[..., :2]
+
+    @property
+    def xyn(self) -> torch.Tensor:
+        """``n×K×2`` x, y divided by the image's width and height."""
+        height, width = self.orig_shape
+        return self.xy / self.xy.new_tensor([width, height])
+
+    @property
+    def conf(self) -> torch.Tensor:
+        """``n×K`` each point's confidence (visibility)."""
+        return self.data[..., 2]
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __repr__(self) -> str:
+        return f"Keypoints(objects={len(self.data)}, points={self.data.shape[1]})"
+
+
+@dataclass(repr=False)
+class PoseResult(DetectionResult):
+    """A detection result whose every box has K keypoints: ``keypoints`` (a ``Keypoints``: ``.data`` ``n×K×3``, ``.xy``,
+    ``.xyn``, ``.conf``), given as an ``n×K×3`` tensor; ``skeleton`` (index pairs) joins them in the drawing."""
+
+    task: ClassVar[str] = "pose"
+    keypoints: Any = field(default_factory=lambda: torch.zeros(0, 1, 3))
+    skeleton: tuple[tuple[int, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        data = self.keypoints.data if isinstance(self.keypoints, Keypoints) else torch.as_tensor(self.keypoints).float()
+        if data.ndim != 3 or len(data) != len(self.labels):
+            raise ValueError(f"a pose result needs n×K×3 keypoints for its {len(self.labels)} boxes; got shape {tuple(data.shape)}")
+        self.keypoints = self.keypoints if isinstance(self.keypoints, Keypoints) else Keypoints(data, self.orig_shape)
+
+    def keep_classes(self, classes: "list[int]") -> "PoseResult":
+        """A copy holding only the objects (boxes and their keypoints) whose class index is in ``classes``."""
+        keep = torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype))
+        return dataclasses.replace(self, boxes=self.boxes.xyxy[keep], scores=self.scores[keep], labels=self.labels[keep],
+                                   keypoints=self.keypoints.data[keep])
+
+    def plot(self, line_width: int | None = None) -> np.ndarray:
+        """Boxes with captions (``DetectionResult.plot``), each object's confident keypoints as dots and the skeleton."""
+        boxed = draw_boxes(self.orig_image, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist(),
+                           line_width=line_width)
+        return as_numpy_image(draw_keypoints(boxed, self.keypoints.data, self.labels.tolist(), self.skeleton, line_width=line_width))
+
+    def _repr_contents(self) -> str:
+        """``boxes=3, keypoints=3×17``."""
+        return f"{super()._repr_contents()}, keypoints={len(self.keypoints)}×{self.keypoints.data.shape[1]}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """The detection's boxes, scores and classes, plus each object's keypoints (``[x, y, confidence]`` lists)."""
+        return {**super().to_dict(), "keypoints": self.keypoints.data.tolist()}
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One row per object: the detection's columns plus its keypoints (a list of ``[x, y, confidence]``)."""
+        return [{**row, "keypoints": points} for row, points in zip(super().rows(), self.keypoints.data.tolist())]
+
+    def yolo_lines(self, save_conf: bool = False) -> list[str]:
+        """One line per object in the YOLO pose label format: ``class cx cy w h`` then K × ``x y v`` (normalised; ``v`` the
+        point's confidence), then the score with ``save_conf``; numbers as ``%g`` (Ultralytics' pose ``save_txt``)."""
+        lines = []
+        points = torch.cat([self.keypoints.xyn, self.keypoints.conf[..., None]], dim=-1)
+        for label, box, object_points, score in zip(self.labels.tolist(), self.boxes.xywhn.tolist(), points.tolist(), self.scores.tolist()):
+            values = [label, *box, *(value for point in object_points for value in point)]
+            if save_conf:
+                values.append(score)
             lines.append(" ".join(f"{value:g}" for value in values))
         return lines
 
