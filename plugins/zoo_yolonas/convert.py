@@ -14,14 +14,14 @@ loader looks for it.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 import torch.nn.functional as F
 
 from zoo_core.key_renaming import DROPPED, LEAF, PARAMETER, KeySchema
 
-__all__ = ["from_libreyolo", "to_libreyolo", "convert"]
+__all__ = ["from_libreyolo", "to_libreyolo", "convert", "convert_pose"]
 
 _BN_EPS = 1e-3  # every YOLO-NAS BatchNorm (LibreYOLO sets eps 1e-3 on all of them)
 
@@ -79,6 +79,23 @@ _KINDS: dict[str, list[tuple[str, str | None, str]]] = {
 }
 _SCHEMA = KeySchema(_KINDS, what="YOLO-NAS module")
 
+# YOLO-NAS-Pose (LibreYOLONASPoseModel): the detector's backbone and neck, its own head (plugins/zoo_yolonas/pose.py).
+_POSE_KINDS = {
+    **_KINDS,
+    "root": [
+        *(entry for entry in _KINDS["root"] if not entry[0].startswith("heads.")),
+        *((f"heads.head{n}.bbox_stem", f"head.stems.{n - 1}", "seqconv") for n in range(1, 4)),
+        *((f"heads.head{n}.pose_stem", f"head.pose_stems.{n - 1}", "seqconv") for n in range(1, 4)),
+        *((f"heads.head{n}.cls_convs.0", f"head.class_convs.{n - 1}", "seqconv") for n in range(1, 4)),
+        *((f"heads.head{n}.reg_convs.0", f"head.box_convs.{n - 1}", "seqconv") for n in range(1, 4)),
+        *((f"heads.head{n}.pose_convs", f"head.pose_convs.{n - 1}", "each:seqconv") for n in range(1, 4)),
+        *((f"heads.head{n}.cls_pred", f"head.class_preds.{n - 1}", LEAF) for n in range(1, 4)),
+        *((f"heads.head{n}.reg_pred", f"head.box_preds.{n - 1}", LEAF) for n in range(1, 4)),
+        *((f"heads.head{n}.pose_pred", f"head.pose_preds.{n - 1}", LEAF) for n in range(1, 4)),
+    ],
+}
+_POSE_SCHEMA = KeySchema(_POSE_KINDS, what="YOLO-NAS-Pose module")
+
 
 def _strip_prefixes(state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     out = {}
@@ -109,7 +126,7 @@ def _merged_rep_kernel(state: Mapping[str, torch.Tensor], prefix: str) -> tuple[
     return weight.to(kernel.dtype), bias.to(kernel.dtype)
 
 
-def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor], schema: KeySchema = _SCHEMA) -> dict[str, torch.Tensor]:
     """A zoo ``yolonas`` state dict (unfused) in LibreYOLO 1.6.0's keys, ``rbr_reparam`` rebuilt.
 
     ``size`` is accepted for the common converter signature; the key mapping is the same for
@@ -118,7 +135,7 @@ def to_libreyolo(size: str, state_dict: Mapping[str, torch.Tensor]) -> dict[str,
     del size
     if any(key.endswith(".fused.weight") for key in state_dict):
         raise ValueError("this YOLO-NAS state dict is fused (model.fuse()); convert the training form instead")
-    converted = _SCHEMA.from_zoo(state_dict)
+    converted = schema.from_zoo(state_dict)
     rep_prefixes = [key[: -len(".branch_3x3.conv.weight")] for key in converted if key.endswith(".branch_3x3.conv.weight")]
     for prefix in rep_prefixes:
         weight, bias = _merged_rep_kernel(converted, prefix)
@@ -157,3 +174,28 @@ def convert(size: str, state_dict: Mapping[str, torch.Tensor], source: str, targ
         return from_libreyolo(state_dict) if source == "libreyolo" else _from_upstream(state_dict)
     except KeyError:  # not this layout (e.g. a file already in zoo's keys)
         return None
+
+
+def convert_pose(size: str, state_dict: Mapping[str, torch.Tensor], source: str, target: str) -> Any:
+    """The registry ``converter`` of yolonas_pose (LibreYOLO 1.6's ``LibreYOLONASPoseModel`` layout, both ways).
+
+    LibreYOLO → zoo returns the tensors with the build option ``num_keypoints`` their ``pose_pred`` has (2 channels a
+    point); super-gradients' own ``yolo_nas_pose_*`` files (``net.``/``ema_net.`` prefixes, BGR stem) as ``upstream``.
+    """
+    from zoo_core.building import ConvertedWeights
+
+    if source == "zoo" and target == "libreyolo":
+        return to_libreyolo(size, state_dict, _POSE_SCHEMA)
+    if target != "zoo" or source not in ("libreyolo", "upstream"):
+        return None
+    try:
+        converted = _POSE_SCHEMA.to_zoo(_strip_prefixes(state_dict))
+    except KeyError:
+        return None
+    if "head.pose_preds.0.weight" not in converted:
+        return None
+    if source == "upstream":
+        for key in ("backbone.stem.kernel3.weight", "backbone.stem.kernel1.weight"):
+            if key in converted:
+                converted[key] = converted[key].flip(1)
+    return ConvertedWeights(converted, options={"num_keypoints": int(converted["head.pose_preds.0.weight"].shape[0]) // 2})

@@ -22,7 +22,7 @@ targets: positive-only terms are computed for every anchor and masked by a zero 
 
 from __future__ import annotations
 
-from typing import Mapping, NamedTuple, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import torch
 
@@ -85,6 +85,20 @@ class PPYOLOELoss:
         static: bool = False,
     ) -> PPYOLOELossTerms:
         """Terms of ``outputs`` against ``targets`` (M×6: image, class, x1, y1, x2, y2 in pixels)."""
+        return self.compute(outputs, targets, batch_size, level_sizes, static=static)[0]
+
+    def compute(
+        self,
+        outputs: Mapping[str, torch.Tensor],
+        targets: torch.Tensor,
+        batch_size: int,
+        level_sizes: Sequence[int],
+        *,
+        static: bool = False,
+    ) -> tuple[PPYOLOELossTerms, Any, torch.Tensor]:
+        """``(terms, assignment, normaliser)``: the terms, the assignment they used (``labels``, ``boxes``, ``scores``,
+        ``foreground``, ``gt_index`` per anchor) and the rank-averaged target-score sum they were divided by, for a
+        loss that adds terms of its own on the same positives (YOLO-NAS-Pose's keypoints)."""
         box_logits = outputs["box_logits"].float()
         class_logits = outputs["class_logits"].float()
         anchor_points, anchor_strides = outputs["anchor_points"].float(), outputs["anchor_strides"].float()
@@ -115,8 +129,9 @@ class PPYOLOELoss:
         dfl_sum = (dfl * weight).sum()
 
         normaliser = mean_over_ranks(assignment.scores.sum()).clamp(min=1.0)
-        return PPYOLOELossTerms(
+        terms = PPYOLOELossTerms(
             cls=self.class_weight * cls_sum / normaliser,
             iou=self.iou_weight * iou_sum / normaliser,
             dfl=self.dfl_weight * dfl_sum / normaliser,
         )
+        return terms, assignment, normaliser
