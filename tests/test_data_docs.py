@@ -30,6 +30,7 @@ def test_the_python_examples_run_and_print_what_they_say():
     assert "[[0.0, 0.25, 0.25, 0.625, 0.75]] 3600" in output  # a YOLO-seg polygon: its extent and its pixels
     assert "{0: 'car', 1: 'bus'} ['instances_val.json'] [[40.0, 30.0, 100.0, 90.0]]" in output  # COCO's layout
     assert "True runs/detect/predict" in output  # predict(classes=..., save_txt=..., save_crop=...) kept only those
+    assert "8 True runs/detect/track/crossing.mp4" in output  # track(save=True): one annotated video
 
 
 def test_the_yaml_examples_parse():

@@ -42,13 +42,19 @@ def detector():
     return model
 
 
-def test_a_video_gives_one_result_per_frame_saved_as_jpegs(detector, tmp_path):
+def test_a_video_gives_one_result_per_frame_saved_as_one_annotated_video(detector, tmp_path):
+    import av
+
     video = write_video(tmp_path / "clip.mp4")
     results = detector.predict(video, save=True, project=tmp_path / "runs")
     assert [result.name for result in results] == [f"clip_{index:06d}" for index in range(FRAMES)]
     assert all(result.orig_img.shape == (64, 64, 3) for result in results)
     saved = sorted(path.name for path in (tmp_path / "runs" / "detect" / "predict").iterdir())
-    assert saved == [f"clip_{index:06d}.jpg" for index in range(FRAMES)]
+    assert saved == ["clip.mp4"] and {result.save_path.name for result in results} == {"clip.mp4"}
+    with av.open(str(tmp_path / "runs" / "detect" / "predict" / "clip.mp4")) as container:
+        stream = container.streams.video[0]
+        assert (stream.width, stream.height, float(stream.average_rate)) == (64, 64, 5.0)
+        assert sum(1 for _ in container.decode(video=0)) == FRAMES
 
 
 def test_stream_reads_and_predicts_only_what_is_consumed(detector, tmp_path, monkeypatch):

@@ -294,9 +294,11 @@ _FLAG_KEYS = {
     "train": ("data", "epochs", "batch", "imgsz", "device", "workers", "project", "name", "seed", "resume"),
     "val": ("data", "batch", "imgsz", "device", "split", "workers", "conf", "iou"),
     "predict": ("conf", "iou", "imgsz", "device", "max_det", "save", "project", "name"),
+    "track": ("tracker", "conf", "iou", "imgsz", "device", "max_det", "save", "project", "name"),
     "export": ("format", "output"),
 }
-_POSITIONAL_KEYS = {"train": ("model",), "val": ("model",), "predict": ("model", "source"), "export": ("model",)}
+_POSITIONAL_KEYS = {"train": ("model",), "val": ("model",), "predict": ("model", "source"), "track": ("model", "source"),
+                    "export": ("model",)}
 
 
 def _looks_like_key_value(word: str) -> bool:
@@ -422,6 +424,26 @@ def command_predict(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_track(arguments: argparse.Namespace) -> int:
+    """``zoo track MODEL SOURCE [tracker=botsort] [save=true]``: track, print one line per frame and where the video went."""
+    settings = command_settings(arguments)
+    model = _model(settings.pop("model"))
+    if "source" not in settings:
+        raise TrainConfigError("zoo track needs a SOURCE: a video, or a folder of frames in order (or source=...)")
+    settings.pop("stream", None)
+    verbose = settings.pop("verbose", True) is not False
+    written: set[str] = set()
+    for result in model.track(settings.pop("source"), stream=True, verbose=False, **settings):
+        if verbose:
+            ids = result.boxes.id.tolist() if result.boxes.id is not None else []
+            print(f"{result.summary()}{'; ids ' + ' '.join(map(str, ids)) if ids else ''}")
+        if getattr(result, "save_path", None):
+            written.add(str(result.save_path))
+    if written:
+        print(f"tracked results written to {', '.join(sorted(written))}")
+    return 0
+
+
 def command_export(arguments: argparse.Namespace) -> int:
     """``zoo export MODEL format=F [output=PATH]``: write the model in another format and say where."""
     settings = command_settings(arguments)
@@ -536,6 +558,21 @@ def build_parser() -> argparse.ArgumentParser:
     prediction.add_argument("--project")
     prediction.add_argument("--name")
     prediction.set_defaults(handler=command_predict)
+
+    tracking = commands.add_parser("track", allow_abbrev=False,
+                                   help="track objects through a video with ByteTrack or BoT-SORT; save=true writes it annotated")
+    tracking.add_argument("words", nargs="*", metavar="MODEL SOURCE|KEY=VALUE",
+                          help="a model, a video or folder of frames, then key=value arguments")
+    tracking.add_argument("--tracker", help="bytetrack (default), botsort, or a tracker YAML")
+    tracking.add_argument("--conf", type=float, help="detector threshold (default: the tracker's track_low_thresh)")
+    tracking.add_argument("--iou", type=float)
+    tracking.add_argument("--imgsz", type=_image_size_argument, help="640, or height,width: 512,1024")
+    tracking.add_argument("--device")
+    tracking.add_argument("--max-det", type=int, dest="max_det")
+    tracking.add_argument("--save", action="store_true", help="write the annotated video (IDs and trails) into the run directory")
+    tracking.add_argument("--project")
+    tracking.add_argument("--name")
+    tracking.set_defaults(handler=command_track)
 
     exporting = commands.add_parser("export", allow_abbrev=False, help=f"write a model in another format ({', '.join(EXPORT_FORMATS)})")
     exporting.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE", help="a model name or weights file")

@@ -92,6 +92,8 @@ class LibreYOLO:
         self.pipeline_changes: dict[str, Any] = {}  # input-pipeline fields the loaded weights record (ModelMeta)
         self._inference_cache: tuple[Any, Any] | None = None  # (weights key, fused copy): see inference_model
         self._callbacks: list[Any] = []  # add_callback's, passed to every train() before callbacks=[...]
+        #: The tracker of the last ``track()`` call, which ``track(persist=True)`` continues.
+        self.tracking_session: Any = None
         # The resolution order (docs/weights.md): an hf:// reference; a file on disk; the file name of a
         # size's published weights (LibreYOLO's names and their short forms, from registry.yaml); a
         # registry name, built fresh or, with pretrained=True, from its published weights.
@@ -445,8 +447,24 @@ class LibreYOLO:
         """
         from zoo_core.tasks.runner import arguments_of, check_arguments, predict
 
-        check_arguments("predict", kwargs, arguments_of(predict, internal=("libre", "source", "size_multiple")))
+        check_arguments("predict", kwargs, arguments_of(predict, internal=("libre", "source", "size_multiple", "follow")))
         return predict(self, source, size_multiple=self._recipe().input_size_multiple(), **kwargs)
+
+    def track(self, source: Any, **kwargs: Any) -> Any:
+        """Track objects through a video, a folder or list of frames in order, or one frame per call with
+        ``persist=True``: each frame's result has ``boxes.id`` (masks and keypoints follow their box).
+
+        ``tracker="bytetrack"`` (default), ``"botsort"`` or a tracker YAML; ``persist``, ``stream``, ``conf`` (default: the
+        tracker's low threshold) and every ``predict`` argument (``zoo_core.tracking.video_tracking.track``). With
+        ``save=True`` a video comes back as one annotated ``.mp4`` with IDs and trails, under ``runs/<task>/track``.
+        """
+        from zoo_core.tasks.runner import arguments_of, check_arguments, predict
+        from zoo_core.tracking.video_tracking import track
+
+        accepted = [*arguments_of(track, internal=("libre", "source", "predict_options")),
+                    *arguments_of(predict, internal=("libre", "source", "size_multiple", "follow", "stream", "conf"))]
+        check_arguments("track", kwargs, accepted)
+        return track(self, source, size_multiple=self._recipe().input_size_multiple(), **kwargs)
 
     def inference_model(self, device: Any) -> Any:
         """The model as ``predict`` and ``val`` run it: a fused copy on ``device`` (``zoo_core.export.inference_form``:

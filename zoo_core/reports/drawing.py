@@ -18,7 +18,7 @@ __all__ = [
     "class_colour", "drawing_sizes", "caption_font", "as_numpy_image", "draw_boxes", "draw_mask", "draw_caption",
     "image_grid", "save_image", "as_uint8_images", "draw_box_batch", "draw_captioned_batch", "IMAGES_PER_GRID",
     "draw_instance_masks", "mask_outlines", "draw_instance_batch", "draw_rotated_boxes", "draw_rotated_box_batch",
-    "draw_keypoints", "draw_pose_batch",
+    "draw_keypoints", "draw_pose_batch", "draw_trails",
 ]
 
 #: A keypoint is drawn when its visibility or confidence reaches this (Ultralytics' plotting threshold).
@@ -60,8 +60,10 @@ def draw_boxes(
     names: Mapping[int, str],
     scores: Sequence[float] | None = None,
     line_width: int | None = None,
+    ids: Sequence[int] | None = None,
 ) -> torch.Tensor:
-    """``image`` with xyxy ``boxes`` (input pixels), captioned ``name`` or ``name score`` on a filled box in the class colour.
+    """``image`` with xyxy ``boxes`` (input pixels), captioned ``name`` or ``name score`` on a filled box in the class colour,
+    prefixed ``id:3`` with track ``ids``.
 
     ``line_width`` (pixels) overrides the width chosen for the image's size.
     """
@@ -74,6 +76,8 @@ def draw_boxes(
         captions = [str(names.get(label, label)) for label in labels]
     else:
         captions = [f"{names.get(label, label)} {float(score):.2f}" for label, score in zip(labels, scores)]
+    if ids is not None:
+        captions = [f"id:{int(track_id)} {caption}" for track_id, caption in zip(ids, captions)]
     colours = [class_colour(label) for label in labels]
     # Captions on a filled box in the class colour, sized to the image: readable on busy pictures.
     font_size, line = drawing_sizes((int(image.shape[-2]), int(image.shape[-1])))
@@ -82,6 +86,23 @@ def draw_boxes(
         font=caption_font(), font_size=font_size, label_colors=(255, 255, 255), label_background_colors=colours,
         fill_labels=True,
     )
+
+
+def draw_trails(image: torch.Tensor, trails: torch.Tensor, labels: Sequence[int], line_width: int | None = None) -> torch.Tensor:
+    """``image`` with each tracked object's trail (``n×k×2`` recent centres in pixels, NaN where a trail is shorter) as a
+    line in its class colour."""
+    import cv2
+
+    if not len(labels):
+        return image
+    canvas = np.ascontiguousarray(as_numpy_image(image))
+    _, line = drawing_sizes(canvas.shape[:2])
+    for trail, label in zip(trails.detach().float().cpu().numpy(), labels):
+        points = trail[~np.isnan(trail).any(axis=1)]
+        if len(points) >= 2:
+            cv2.polylines(canvas, [np.rint(points).astype(np.int32).reshape(-1, 1, 2)], False, class_colour(int(label)),
+                          line_width or line, cv2.LINE_AA)
+    return torch.from_numpy(canvas).permute(2, 0, 1).contiguous()
 
 
 def draw_mask(image: torch.Tensor, mask: torch.Tensor, alpha: float = 0.5, ignore_index: int | None = None) -> torch.Tensor:

@@ -185,6 +185,9 @@ class Task(abc.ABC):
     #: (of ``classes``, ``save_txt``, ``save_conf``, ``save_crop``, ``line_width``) that this task's results
     #: support; ``predict`` refuses the others by name for this task (``zoo_core/tasks/runner.py``).
     predict_options: ClassVar[frozenset[str]] = frozenset()
+    #: Whether ``track()`` can follow this task's found items from frame to frame: its results are boxes (with masks
+    #: or keypoints riding on them), which the trackers of ``zoo_core/tracking`` associate.
+    trackable: ClassVar[bool] = False
     #: Modules a training worker needs before its first step, beyond the engine and this task's module:
     #: imported once by the workers' forkserver (``zoo_core/engine/launcher.py``).
     worker_modules: ClassVar[tuple[str, ...]] = ()

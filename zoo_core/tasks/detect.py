@@ -237,6 +237,7 @@ class DetectTask(Task):
     supports_multi_scale = True
     # Boxes have classes to keep, YOLO label lines to write, regions to crop and lines to draw.
     predict_options = frozenset({"classes", "save_txt", "save_conf", "save_crop", "line_width"})
+    trackable = True
     default_input_pipeline = InputPipeline(resize="letterbox")  # LibreYOLO's YOLO letterbox: top-left, OpenCV bilinear
     #: Which YAML of the built-in shapes dataset ``prepare`` reads for ``data="shapes"`` (the segment task: its polygons).
     shapes_yaml = "detect.yaml"

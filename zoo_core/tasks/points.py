@@ -195,6 +195,7 @@ class PointsTask(DetectTask):
     result_type = "zoo_core.tasks.predictions:PointsResult"
     # Points have classes to keep, but no extent: no YOLO box lines, no crops, no box lines to draw.
     predict_options = frozenset({"classes"})
+    trackable = False  # centroids, not boxes: the trackers associate boxes
 
     def __init__(self, conf: float = 0.5, max_det: int = 300, **declared: Any) -> None:
         super().__init__(conf=conf, iou=0.0, max_det=max_det, **declared)

@@ -23,7 +23,7 @@ import torch
 
 from zoo_core.reports.drawing import (
     as_numpy_image, class_colour, draw_boxes, draw_caption, draw_instance_masks, draw_keypoints, draw_mask, draw_rotated_boxes,
-    mask_outlines,
+    draw_trails, mask_outlines,
 )
 
 __all__ = [
@@ -35,16 +35,18 @@ __all__ = [
 class Boxes(torch.Tensor):
     """A detection result's boxes: the ``n×4`` xyxy tensor (original-image pixels) with the views
     Ultralytics users reach for: ``xyxy``, ``xywh`` (centre, size), ``xyxyn``/``xywhn`` (divided by
-    the image size), ``conf`` (scores) and ``cls`` (class indices, float as Ultralytics gives them).
+    the image size), ``conf`` (scores), ``cls`` (class indices, float as Ultralytics gives them) and, for
+    the results of ``track()``, ``id`` (each box's track ID; ``None`` for ``predict()``) and ``is_track``.
 
     It is a tensor, so code that used ``result.boxes`` as one keeps working; the views are tensors.
     """
 
     @staticmethod
-    def of(xyxy: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, shape: tuple[int, int]) -> "Boxes":
-        """Boxes for ``xyxy`` with their scores, labels and the image's ``(height, width)``."""
+    def of(xyxy: torch.Tensor, scores: torch.Tensor, labels: torch.Tensor, shape: tuple[int, int],
+           ids: torch.Tensor | None = None) -> "Boxes":
+        """Boxes for ``xyxy`` with their scores, labels, the image's ``(height, width)`` and the track ``ids`` if tracked."""
         boxes = xyxy.as_subclass(Boxes)
-        boxes._scores, boxes._labels, boxes._shape = scores, labels, shape
+        boxes._scores, boxes._labels, boxes._shape, boxes._ids = scores, labels, shape, ids
         return boxes
 
     @property
@@ -79,6 +81,17 @@ class Boxes(torch.Tensor):
     def cls(self) -> torch.Tensor:
         """The detections' class indices, as floats (Ultralytics' convention; ``labels`` has them as int64)."""
         return self._labels.float()
+
+    @property
+    def id(self) -> torch.Tensor | None:
+        """Each box's track ID (int64, from 1) when the result comes from ``track()``; ``None`` otherwise (Ultralytics'
+        ``boxes.id``)."""
+        return getattr(self, "_ids", None)
+
+    @property
+    def is_track(self) -> bool:
+        """Whether the boxes carry track IDs (the result comes from ``track()``)."""
+        return self.id is not None
 
 
 class OrientedBoxes(torch.Tensor):
@@ -322,11 +335,18 @@ class LabelledItemsResult(Result):
             "classes": [self.names.get(int(label), str(label)) for label in self.labels.tolist()],
         }
 
+    def _per_item(self) -> dict[str, Any]:
+        """The fields that hold one entry per item, by name (what ``select`` indexes); subclasses add theirs."""
+        return {self.geometry: getattr(self, self.geometry).as_subclass(torch.Tensor), "scores": self.scores, "labels": self.labels}
+
+    def select(self, keep: torch.Tensor) -> "LabelledItemsResult":
+        """A copy holding the items ``keep`` picks (a bool mask, or indices in the order wanted), with everything that
+        belongs to them (masks, keypoints, track IDs)."""
+        return dataclasses.replace(self, **{name: value[keep] for name, value in self._per_item().items()})
+
     def keep_classes(self, classes: "list[int]") -> "LabelledItemsResult":
         """A copy holding only the items whose class index is in ``classes`` (``predict(classes=[...])``)."""
-        keep = torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype))
-        items = getattr(self, self.geometry).as_subclass(torch.Tensor)
-        return dataclasses.replace(self, **{self.geometry: items[keep]}, scores=self.scores[keep], labels=self.labels[keep])
+        return self.select(torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype)))
 
 
 @dataclass(repr=False)
@@ -337,27 +357,51 @@ class DetectionResult(LabelledItemsResult):
     geometry: ClassVar[str] = "boxes"
     items: ClassVar[str] = "detections"
     boxes: torch.Tensor = field(default_factory=lambda: torch.zeros(0, 4))
+    #: Set by ``track()``: each box's track ID (``n``, int64), and the centres it passed through lately (``n×k×2``
+    #: pixels, oldest first, padded with NaN to one length), which ``plot`` draws as its trail.
+    track_ids: torch.Tensor | None = None
+    trails: torch.Tensor | None = None
 
     def __post_init__(self) -> None:
-        # result.boxes stays the n×4 tensor it always was, with Ultralytics' views on top (.xywh, .conf, .cls...).
-        self.boxes = Boxes.of(self.boxes.as_subclass(torch.Tensor), self.scores, self.labels, self.orig_shape)
+        if self.track_ids is not None and len(self.track_ids) != len(self.labels):
+            raise ValueError(f"a tracked result needs one track ID per box; got {len(self.track_ids)} IDs for {len(self.labels)} boxes")
+        # result.boxes stays the n×4 tensor it always was, with Ultralytics' views on top (.xywh, .conf, .cls, .id...).
+        self.boxes = Boxes.of(self.boxes.as_subclass(torch.Tensor), self.scores, self.labels, self.orig_shape, self.track_ids)
+
+    def _per_item(self) -> dict[str, Any]:
+        tracked = {name: value for name, value in (("track_ids", self.track_ids), ("trails", self.trails)) if value is not None}
+        return {**super()._per_item(), **tracked}
+
+    def to_dict(self) -> dict[str, Any]:
+        """The boxes, scores and class names as lists, and ``ids`` (the track IDs) for a result of ``track()``."""
+        return {**super().to_dict(), **({"ids": self.track_ids.tolist()} if self.track_ids is not None else {})}
 
     def rows(self) -> list[dict[str, Any]]:
-        """One row per detection: class, name, score and the box."""
-        return [
+        """One row per detection: class, name, score and the box (and ``id``, its track ID, when tracked)."""
+        rows = [
             {"name": self.name, "class": int(label), "class_name": self.names.get(int(label), str(int(label))),
              "score": float(score), "x1": float(box[0]), "y1": float(box[1]), "x2": float(box[2]), "y2": float(box[3])}
             for box, score, label in zip(self.boxes.xyxy.tolist(), self.scores.tolist(), self.labels.tolist())
         ]
+        if self.track_ids is not None:
+            rows = [{**row, "id": int(track_id)} for row, track_id in zip(rows, self.track_ids.tolist())]
+        return rows
+
+    def _draw_boxes(self, image: torch.Tensor, line_width: int | None) -> torch.Tensor:
+        """``image`` with this result's trails (when tracked) under its captioned boxes (``id:3 name score`` when tracked)."""
+        labels = self.labels.tolist()
+        if self.trails is not None:
+            image = draw_trails(image, self.trails, labels, line_width=line_width)
+        ids = self.track_ids.tolist() if self.track_ids is not None else None
+        return draw_boxes(image, self.boxes.xyxy, labels, self.names, scores=self.scores.tolist(), line_width=line_width, ids=ids)
 
     def plot(self, line_width: int | None = None) -> np.ndarray:
-        """Boxes with ``name score`` captions on a filled box in the class colour, sized to the image.
+        """Boxes with ``name score`` captions on a filled box in the class colour, sized to the image; a tracked result
+        captions ``id:3 name score`` and draws each box's trail.
 
         ``line_width`` (pixels) sets the boxes' line width instead of the one chosen for the image's size.
         """
-        drawn = draw_boxes(self.orig_image, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist(),
-                           line_width=line_width)
-        return as_numpy_image(drawn)
+        return as_numpy_image(self._draw_boxes(self.orig_image, line_width))
 
     def yolo_lines(self, save_conf: bool = False) -> list[str]:
         """One line per box in the YOLO label format: ``class cx cy w h`` (normalised to the image), then the score
@@ -418,19 +462,14 @@ class InstanceSegmentationResult(DetectionResult):
             )
         self.masks = self.masks if isinstance(self.masks, Masks) else Masks(data)
 
-    def keep_classes(self, classes: "list[int]") -> "InstanceSegmentationResult":
-        """A copy holding only the objects (boxes and their masks) whose class index is in ``classes``."""
-        keep = torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype))
-        return dataclasses.replace(self, boxes=self.boxes.xyxy[keep], scores=self.scores[keep], labels=self.labels[keep],
-                                   masks=self.masks.data[keep])
+    def _per_item(self) -> dict[str, Any]:
+        return {**super()._per_item(), "masks": self.masks.data}
 
     def plot(self, line_width: int | None = None, alpha: float = 0.4) -> np.ndarray:
         """Each object's mask filled translucently (``alpha``) in its class colour and outlined, under its box and
         ``name score`` caption; ``line_width`` (pixels) sets the lines' width instead of the one chosen for the image."""
         filled = draw_instance_masks(self.orig_image, self.masks.data, self.labels.tolist(), alpha=alpha, line_width=line_width)
-        drawn = draw_boxes(filled, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist(),
-                           line_width=line_width)
-        return as_numpy_image(drawn)
+        return as_numpy_image(self._draw_boxes(filled, line_width))
 
     def _repr_contents(self) -> str:
         """``boxes=3, masks=3``."""
@@ -507,16 +546,12 @@ class PoseResult(DetectionResult):
             raise ValueError(f"a pose result needs n×K×3 keypoints for its {len(self.labels)} boxes; got shape {tuple(data.shape)}")
         self.keypoints = self.keypoints if isinstance(self.keypoints, Keypoints) else Keypoints(data, self.orig_shape)
 
-    def keep_classes(self, classes: "list[int]") -> "PoseResult":
-        """A copy holding only the objects (boxes and their keypoints) whose class index is in ``classes``."""
-        keep = torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype))
-        return dataclasses.replace(self, boxes=self.boxes.xyxy[keep], scores=self.scores[keep], labels=self.labels[keep],
-                                   keypoints=self.keypoints.data[keep])
+    def _per_item(self) -> dict[str, Any]:
+        return {**super()._per_item(), "keypoints": self.keypoints.data}
 
     def plot(self, line_width: int | None = None) -> np.ndarray:
         """Boxes with captions (``DetectionResult.plot``), each object's confident keypoints as dots and the skeleton."""
-        boxed = draw_boxes(self.orig_image, self.boxes.xyxy, self.labels.tolist(), self.names, scores=self.scores.tolist(),
-                           line_width=line_width)
+        boxed = self._draw_boxes(self.orig_image, line_width)
         return as_numpy_image(draw_keypoints(boxed, self.keypoints.data, self.labels.tolist(), self.skeleton, line_width=line_width))
 
     def _repr_contents(self) -> str:

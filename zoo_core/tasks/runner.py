@@ -11,7 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from zoo_core.data.errors import DatasetError
 from zoo_core.data.images import VIDEO_SUFFIXES
@@ -21,6 +21,8 @@ from zoo_core.tasks import get_task
 if TYPE_CHECKING:
     import torch
 
+    from zoo_core.data.images import SourceImage
+    from zoo_core.data.video import VideoWriter
     from zoo_core.registry import ImageSize
     from zoo_core.tasks.predictions import Result
 
@@ -229,6 +231,7 @@ def predict(
     save_crop: bool = False,
     line_width: int | None = None,
     verbose: bool = True,
+    follow: "Callable[[Result, SourceImage], Result] | None" = None,
 ) -> "list[Result] | Iterator[Result]":
     """Predict on ``source``; one result per image, in original-image coordinates.
 
@@ -236,7 +239,8 @@ def predict(
         source: an image path, a video file (frame by frame, with PyAV), a folder, a glob, a PIL
             image, an RGB uint8 numpy array (H×W×3), a uint8 3×H×W tensor, or a list of them.
         save: write each drawn result to the run folder ``project/<task>/name{,2,...}``
-            (restoration: the restored image), and set ``result.save_path``.
+            (restoration: the restored image), and set ``result.save_path``; a video's frames are
+            drawn into one annotated video, ``<video stem>.mp4`` at the video's frame rate.
         conf, iou, max_det: detection thresholds (score, NMS IoU, detections per image).
         imgsz: input size (default: the model's; restoration always runs at full size).
         device: ``"cpu"``, ``0``, ``"cuda:0"``, ``"mps"``, ``"auto"``/``None``.
@@ -256,6 +260,8 @@ def predict(
         line_width: the line width (pixels) of the boxes ``save`` draws (default: sized to the image).
         verbose: one line per image (``result.summary()``) on the ``zoo.predict`` logger at INFO, which
             ``zoo predict`` prints; False: none.
+        follow: what ``track()`` adds: called on each image's result (after ``classes``) with its source
+            image, it returns the result to keep, draw and yield (the tracked one).
 
     ``classes``, ``save_txt``, ``save_conf``, ``save_crop`` and ``line_width`` apply to the tasks whose
     ``predict_options`` name them (detection: all; points: ``classes``); another task's model refuses
@@ -284,7 +290,7 @@ def predict(
     options = {"conf": conf, "iou": iou, "max_det": max_det, **({"tile": True} if tile else {})}
     outputs = _Outputs(save=save, save_txt=save_txt, save_conf=save_conf, save_crop=save_crop, line_width=line_width)
     results = _predictions(libre, task, source, torch_device, image_size, options, project=project, name=name,
-                           outputs=outputs, classes=wanted, verbose=verbose)
+                           outputs=outputs, classes=wanted, verbose=verbose, follow=follow)
     return results if stream else list(results)
 
 
@@ -318,38 +324,87 @@ class _Outputs:
 
 def _predictions(libre: Any, task: Any, source: Any, device: Any, image_size: Any, options: dict[str, Any], *,
                  project: str | os.PathLike[str], name: str, outputs: _Outputs, classes: list[int] | None,
-                 verbose: bool) -> "Iterator[Result]":
-    """Read, predict, keep ``classes``, write what ``outputs`` asks for and report one image at a time."""
+                 verbose: bool, follow: "Callable[[Result, SourceImage], Result] | None") -> "Iterator[Result]":
+    """Read, predict, keep ``classes``, ``follow`` (track), write what ``outputs`` asks for and report one image at a time."""
     from zoo_core.data.images import iter_sources
     from zoo_core.run_dirs import next_run_dir
 
     model = libre.inference_model(device)
     run_dir: Path | None = None
     used: set[str] = set()
+    videos = _AnnotatedVideos(used)
     saved = 0
-    for index, source_image in enumerate(iter_sources(source), start=1):
-        (result,) = task.predict(model, [source_image], device, image_size, libre.names, **options)
-        if classes is not None:
-            result = result.keep_classes(classes)
-        if outputs.any:
-            if run_dir is None:
-                run_dir = next_run_dir(libre.task, name, project)
-            result.save_dir = run_dir
-            file_name = _saved_file_name(result, used)
-            drawing = {"line_width": outputs.line_width} if outputs.line_width is not None else {}
-            if outputs.save:
-                result.save_path = result.save(run_dir / file_name, **drawing)
-            stem = Path(file_name).stem
-            if outputs.save_txt and len(result.labels):  # as Ultralytics: no label file for an image without boxes
-                result.save_txt(run_dir / "labels" / f"{stem}.txt", save_conf=outputs.save_conf)
-            if outputs.save_crop:
-                result.save_crops(run_dir / "crops", stem)
-            saved += 1
-        if verbose:
-            PREDICT_LOGGER.info("image %d: %s", index, result.summary())
-        yield result
+    try:
+        for index, source_image in enumerate(iter_sources(source), start=1):
+            (result,) = task.predict(model, [source_image], device, image_size, libre.names, **options)
+            if classes is not None:
+                result = result.keep_classes(classes)
+            if follow is not None:
+                result = follow(result, source_image)
+            if outputs.any:
+                if run_dir is None:
+                    run_dir = next_run_dir(libre.task, name, project)
+                result.save_dir = run_dir
+                file_name = _saved_file_name(result, used)
+                drawing = {"line_width": outputs.line_width} if outputs.line_width is not None else {}
+                if outputs.save and _is_video(result.path):
+                    result.save_path = videos.add(run_dir, result.path, result.plot(**drawing))
+                elif outputs.save:
+                    result.save_path = result.save(run_dir / file_name, **drawing)
+                stem = Path(file_name).stem
+                if outputs.save_txt and len(result.labels):  # as Ultralytics: no label file for an image without boxes
+                    result.save_txt(run_dir / "labels" / f"{stem}.txt", save_conf=outputs.save_conf)
+                if outputs.save_crop:
+                    result.save_crops(run_dir / "crops", stem)
+                saved += 1
+            if verbose:
+                PREDICT_LOGGER.info("image %d: %s", index, result.summary())
+            yield result
+    except GeneratorExit:
+        videos.finish()  # the caller stopped reading a stream: the frames drawn so far are a whole video
+        raise
+    except BaseException as error:
+        videos.finish(error)
+        raise
+    videos.finish()
     if run_dir is not None:
         LOGGER.info("saved %d result(s) to %s", saved, run_dir)
+
+
+def _is_video(path: Path | None) -> bool:
+    return path is not None and path.suffix.lower() in VIDEO_SUFFIXES
+
+
+class _AnnotatedVideos:
+    """The annotated videos ``predict(save=True)`` writes, one per video source: its frames are drawn into
+    ``<video stem>.mp4`` (``zoo_core.data.video.VideoWriter``: complete, or not there) as they arrive. A source's
+    frames arrive together, so one file is open at a time, finished when the next source starts or the run ends."""
+
+    def __init__(self, used: set[str]) -> None:
+        self._used = used
+        self._writer: "VideoWriter | None" = None
+        self._source: Path | None = None
+
+    def add(self, run_dir: Path, source: Path, frame: Any) -> Path:
+        """Append ``frame`` (``H×W×3`` uint8) to the video of ``source`` and return that video's path."""
+        from zoo_core.data.video import VideoWriter, video_rate
+
+        if self._writer is None or source != self._source:
+            self.finish()
+            stem, counter = f"{source.stem}.mp4", 2
+            while stem in self._used:  # two videos with one stem, from different folders
+                stem, counter = f"{source.stem}_{counter}.mp4", counter + 1
+            self._used.add(stem)
+            self._writer = VideoWriter(run_dir / stem, video_rate(source)).__enter__()
+            self._source = source
+        self._writer.write(frame)
+        return self._writer.path
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Close the open video: renamed into place, or (after ``error``) removed."""
+        writer, self._writer, self._source = self._writer, None, None
+        if writer is not None:
+            writer.__exit__(type(error) if error is not None else None, error, None)
 
 
 def _saved_file_name(result: Any, used: set[str]) -> str:
