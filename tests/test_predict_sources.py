@@ -91,3 +91,24 @@ def test_videos_without_pyav_and_broken_videos_are_named(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "av", None)
     with pytest.raises(DatasetError, match="pip install av"):
         images_module.load_sources(broken)
+
+
+def test_a_camera_index_opens_that_camera_or_says_which_it_could_not_open(tmp_path, monkeypatch):
+    opened = []
+
+    def fake_open(device, format=None, **_):
+        opened.append((device, format))
+        raise OSError("No such file or directory")
+
+    import av
+
+    monkeypatch.setattr(av, "open", fake_open)
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.chdir(tmp_path)  # no file called "3" here
+    for source in (3, "3"):
+        with pytest.raises(DatasetError, match=r"webcam 3: cannot open camera /dev/video3 .*is it connected"):
+            images_module.load_sources(source)
+    assert opened == [("/dev/video3", "v4l2")] * 2
+    monkeypatch.setattr(sys, "platform", "win32")
+    with pytest.raises(DatasetError, match="on win32 record a video file"):
+        images_module.load_sources(0)

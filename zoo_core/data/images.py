@@ -32,6 +32,7 @@ __all__ = [
     "iter_sources",
     "load_sources",
     "video_frames",
+    "webcam_frames",
 ]
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
@@ -261,6 +262,10 @@ def _array_to_tensor(array: Any, name: str) -> "torch.Tensor":
 def _expand_source(item: Any, position: int) -> Iterable[SourceImage]:
     import torch
 
+    # A camera index, as Ultralytics takes it: source=0, or "0" from the command line when no file is called that.
+    if isinstance(item, int) and not isinstance(item, bool) or isinstance(item, str) and item.isdigit() and not Path(item).exists():
+        yield from webcam_frames(int(item))
+        return
     if isinstance(item, (str, Path)):
         path = Path(item).expanduser()
         if path.is_dir():
@@ -332,6 +337,37 @@ def video_frames(path: Path) -> Iterator[SourceImage]:
         for index, frame in enumerate(container.decode(video=0)):
             pixels = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1).contiguous()
             yield SourceImage(pixels, path, f"{path.stem}_{index:06d}")
+
+
+#: How FFmpeg (through PyAV) opens camera ``N`` on each platform: the device's name and the input format.
+_CAMERA_INPUTS = {"linux": ("/dev/video{index}", "v4l2"), "darwin": ("{index}", "avfoundation")}
+
+
+def webcam_frames(index: int) -> Iterator[SourceImage]:
+    """The frames of camera ``index`` as they are captured (Linux: ``/dev/videoN`` through v4l2; macOS: AVFoundation),
+    named ``webcam<N>_<frame number>``; until the camera stops or the caller stops reading."""
+    import sys
+
+    try:
+        import av
+    except ImportError:
+        raise DatasetError(f"webcam {index}: reading a camera needs PyAV; install it with `pip install av`") from None
+    import torch
+
+    platform = "linux" if sys.platform.startswith("linux") else sys.platform
+    if platform not in _CAMERA_INPUTS:
+        raise DatasetError(f"webcam {index}: cameras are read on Linux (v4l2) and macOS (AVFoundation); on {sys.platform} "
+                           "record a video file and give its path")
+    device, input_format = (part.format(index=index) for part in _CAMERA_INPUTS[platform])
+    try:
+        container = av.open(device, format=input_format)
+    except (av.FFmpegError, OSError) as error:
+        raise DatasetError(f"webcam {index}: cannot open camera {device} ({error}); is it connected, and free? "
+                           "(a file named like a number is read as a camera index unless it exists)") from None
+    with container:
+        for frame_number, frame in enumerate(container.decode(video=0)):
+            pixels = torch.from_numpy(frame.to_ndarray(format="rgb24")).permute(2, 0, 1).contiguous()
+            yield SourceImage(pixels, None, f"webcam{index}_{frame_number:06d}")
 
 
 def iter_sources(source: Any) -> Iterator[SourceImage]:
