@@ -17,6 +17,8 @@ from PIL import Image
 from zoo_core.data.augment import keep_visible_boxes
 from zoo_core.data.input_pipeline import boxes_to_input, boxes_to_original, fit_to_input
 from zoo_core.data.errors import DatasetError, DatasetWarning
+from zoo_core.errors import ArgumentError
+from zoo_core.facade import LibreYOLO
 from zoo_core.tasks import get_task
 from zoo_core.tasks.base import AugmentSettings, ModelContractError
 from zoo_core.tasks.detect import DetectTask
@@ -568,3 +570,44 @@ def test_a_coco_json_dataset_trains_a_detector_exactly_as_its_yolo_twin(tmp_path
     assert losses == pytest.approx({key: value for key, value in yolo_result.history[0].items() if "loss" in key}, rel=1e-4)
     for key, value in coco_weights.items():
         torch.testing.assert_close(value, yolo_weights[key], rtol=1e-3, atol=1e-4, msg=key)
+
+
+# ---------------------------------------------------------------------------- single_cls
+def test_single_cls_reads_every_class_as_item_and_scores_boxes_whatever_their_class(simple_yaml: Path):
+    from zoo_core.tasks.runner import one_class_data
+
+    task = DetectTask()
+    spec = task.prepare(simple_yaml)
+    one_class = one_class_data(spec, task)
+    assert one_class.names == {0: "item"} and one_class.label_names == spec.names
+    dataset, collapsed = task.dataset(spec, "val", 64, None), task.dataset(one_class, "val", 64, None)
+    rows = task.collate([dataset[0], dataset[1]])["targets"]
+    collapsed_rows = task.collate([collapsed[0], collapsed[1]])["targets"]
+    assert set(rows[:, 1].tolist()) == {0.0, 1.0}, "the fixture's boxes must be of two classes"
+    assert torch.equal(collapsed_rows[:, 2:], rows[:, 2:]) and set(collapsed_rows[:, 1].tolist()) == {0.0}
+
+    # A detector that finds every box but names the wrong class: nothing with classes, everything as one class.
+    wrong = oracle_for(task, dataset)
+    for answer in wrong.table.values():
+        answer["labels"] = 2 - answer["labels"]  # 0 -> 2 and 1 -> 1: the class-1 box stays right, the class-0 one not
+    loader = [task.collate([dataset[0], dataset[1]])]
+    with_classes = task.validate(wrong.eval(), loader, torch.device("cpu"), spec.names)
+    for answer in wrong.table.values():
+        answer["labels"] = torch.zeros_like(answer["labels"])
+    as_one = task.validate(wrong.eval(), [task.collate([collapsed[0], collapsed[1]])], torch.device("cpu"), one_class.names)
+    assert with_classes["mAP50"] < 0.9 and as_one["mAP50"] == pytest.approx(1.0)
+
+
+def test_single_cls_trains_a_one_class_model_and_is_refused_where_there_are_no_boxes(simple_yaml: Path, tmp_path: Path):
+    from zoo_core.tasks.classify import ClassifyTask
+    from zoo_core.tasks.runner import one_class_data
+
+    model = LibreYOLO("yolo9-t")
+    model.train(data=str(simple_yaml), single_cls=True, epochs=1, batch=2, imgsz=64, workers=0, plots=False, verbose=False,
+                project=str(tmp_path / "runs"))
+    assert model.names == {0: "item"} and model.num_classes == 1
+    assert LibreYOLO(model.weights_path).names == {0: "item"}
+    metrics = model.val(data=str(simple_yaml), single_cls=True, plots=False, verbose=False, workers=0)
+    assert set(metrics) >= {"mAP50", "mAP50-95"}
+    with pytest.raises(ArgumentError, match="single_cls=True .* 'classify' models have no boxes"):
+        one_class_data(DetectTask().prepare(simple_yaml), ClassifyTask())

@@ -28,7 +28,7 @@ from zoo_core.engine.trainer import RankSetup, Trainer
 from zoo_core.errors import ArgumentError
 from zoo_core.registry import image_size_hw
 from zoo_core.tasks.base import DataSpec
-from zoo_core.tasks.runner import check_image_size
+from zoo_core.tasks.runner import check_image_size, one_class_data
 from zoo_core.weights import read_weights
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe,
     if config.batch != -1:
         check_divisible(config.batch, world_size)
     data = context.compute_on_main(lambda: recipe.task.prepare(config.data))
+    if config.single_cls:
+        data = one_class_data(data, recipe.task)
     image_size = check_image_size(config.imgsz or spec.input_size, recipe.input_size_multiple(), spec.task)
     multi_scale = config.multi_scale and config.augment
     if multi_scale and not recipe.task.supports_multi_scale:

@@ -57,6 +57,7 @@ model needs more than 64 pixels (a DETR with 300 queries needs 300 encoder posit
 from __future__ import annotations
 
 import abc
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Mapping
@@ -78,6 +79,10 @@ __all__ = ["DataSpec", "AugmentSettings", "Task", "ModelContractError", "move_to
 
 class ModelContractError(ZooError, TypeError):
     """A model that does not fulfil its task's contract (a missing ``loss``/``postprocess``, wrong output)."""
+
+
+#: The one class of a dataset trained or validated with ``single_cls=True`` (Ultralytics' name).
+SINGLE_CLASS_NAME = "item"
 
 
 @dataclass
@@ -102,6 +107,31 @@ class DataSpec:
     def num_classes(self) -> int:
         """Number of classes (0 for restoration)."""
         return len(self.names)
+
+    def as_one_class(self) -> "DataSpec":
+        """This dataset with every object of every class as one class, ``item`` (Ultralytics' ``single_cls``).
+
+        The label files keep their class indices: they are read against the dataset's own classes
+        (``label_names``) and every box's class becomes 0 (``relabelled``).
+        """
+        return dataclasses.replace(self, names={0: SINGLE_CLASS_NAME}, extra={**self.extra, "label_names": dict(self.names)})
+
+    @property
+    def label_names(self) -> dict[int, str]:
+        """The classes the label files are read against: the dataset's own, also after ``as_one_class``."""
+        return dict(self.extra.get("label_names", self.names))
+
+    def relabelled(self, records: list[Any]) -> list[Any]:
+        """``records`` (with their ``labels``' first column the class) with every class 0 after ``as_one_class``;
+        unchanged otherwise."""
+        if "label_names" not in self.extra:
+            return records
+        collapsed = []
+        for record in records:
+            labels = record.labels.copy()
+            labels[:, 0] = 0
+            collapsed.append(dataclasses.replace(record, labels=labels))
+        return collapsed
 
     def split(self, name: str) -> Any:
         """The source of split ``name`` (``train``, ``val`` or ``test``); ``DatasetError`` if absent."""
@@ -188,6 +218,8 @@ class Task(abc.ABC):
     #: Whether ``track()`` can follow this task's found items from frame to frame: its results are boxes (with masks
     #: or keypoints riding on them), which the trackers of ``zoo_core/tracking`` associate.
     trackable: ClassVar[bool] = False
+    #: Whether ``single_cls=True`` (every class trained as one) applies: the task's records are boxes with classes.
+    supports_single_class: ClassVar[bool] = False
     #: Modules a training worker needs before its first step, beyond the engine and this task's module:
     #: imported once by the workers' forkserver (``zoo_core/engine/launcher.py``).
     worker_modules: ClassVar[tuple[str, ...]] = ()

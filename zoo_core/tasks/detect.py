@@ -238,6 +238,7 @@ class DetectTask(Task):
     # Boxes have classes to keep, YOLO label lines to write, regions to crop and lines to draw.
     predict_options = frozenset({"classes", "save_txt", "save_conf", "save_crop", "line_width"})
     trackable = True
+    supports_single_class = True
     default_input_pipeline = InputPipeline(resize="letterbox")  # LibreYOLO's YOLO letterbox: top-left, OpenCV bilinear
     #: Which YAML of the built-in shapes dataset ``prepare`` reads for ``data="shapes"`` (the segment task: its polygons).
     shapes_yaml = "detect.yaml"
@@ -294,12 +295,12 @@ class DetectTask(Task):
         yolo_entries = [entry for entry in entries if Path(entry).suffix.lower() != ".json"]
         records: list[DetectionRecord] = []
         if yolo_entries:
-            records.extend(index_detection_split(yolo_entries, spec.names, what=report.what, report=report))
+            records.extend(index_detection_split(yolo_entries, spec.label_names, what=report.what, report=report))
         if coco_entries:
             from zoo_core.data.coco_format import read_coco_instances
 
             for entry in coco_entries:
-                for instance in read_coco_instances(Path(entry), spec.names, report, need_shapes=False).records:
+                for instance in read_coco_instances(Path(entry), spec.label_names, report, need_shapes=False).records:
                     # crowd regions are no boxes to learn or to score (see the module docstring)
                     records.append(DetectionRecord(instance.image, instance.height, instance.width, instance.labels[~instance.crowd]))
             if not yolo_entries:  # index_detection_split has finished the report otherwise
@@ -327,7 +328,8 @@ class DetectTask(Task):
                 f"YOLO-format labels are .txt files in a labels/ folder beside images/ (for {records[0].image} zoo "
                 f"looked for {example}): check that folder's name and that its files are not empty"
             )
-        return DetectionDataset(records, spec.names, image_size, augment if split == "train" else None, self.input_pipeline)
+        return DetectionDataset(spec.relabelled(records), spec.names, image_size, augment if split == "train" else None,
+                                self.input_pipeline)
 
     def collate(self, samples: list[Any]) -> dict[str, Any]:
         return _collate_detection(samples)

@@ -196,6 +196,7 @@ class PointsTask(DetectTask):
     # Points have classes to keep, but no extent: no YOLO box lines, no crops, no box lines to draw.
     predict_options = frozenset({"classes"})
     trackable = False  # centroids, not boxes: the trackers associate boxes
+    supports_single_class = False
 
     def __init__(self, conf: float = 0.5, max_det: int = 300, **declared: Any) -> None:
         super().__init__(conf=conf, iou=0.0, max_det=max_det, **declared)

@@ -371,7 +371,8 @@ class PoseTask(DetectTask):
         layout = self.layout_of(spec)
         self.layout = layout
         report = ProblemReport(f"{spec.root} ({split})")
-        records = index_pose_split(list(spec.split(split)), spec.names, layout, what=report.what, report=report)
+        records = spec.relabelled(index_pose_split(list(spec.split(split)), spec.label_names, layout, what=report.what,
+                                                   report=report))
         if split == "train" and not any(len(record.labels) and not np.all(record.crowd) for record in records):
             skipped = f" ({report.skipped_lines} label lines were skipped, first: {'; '.join(report.first_skipped_lines)})" \
                 if report.skipped_lines else ""

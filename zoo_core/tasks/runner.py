@@ -24,9 +24,11 @@ if TYPE_CHECKING:
     from zoo_core.data.images import SourceImage
     from zoo_core.data.video import VideoWriter
     from zoo_core.registry import ImageSize
+    from zoo_core.tasks.base import DataSpec
     from zoo_core.tasks.predictions import Result
 
-__all__ = ["Validation", "validate", "predict", "resolve_device", "check_image_size", "check_arguments", "PREDICT_OPTIONS"]
+__all__ = ["Validation", "validate", "predict", "resolve_device", "check_image_size", "check_arguments", "one_class_data",
+           "PREDICT_OPTIONS"]
 
 LOGGER = logging.getLogger(__name__)
 #: The per-image line of ``predict(verbose=True)`` (``zoo predict`` prints it; the Python API logs it at INFO).
@@ -40,6 +42,14 @@ PREDICT_OPTIONS = {
     "save_crop": "saves the region of each box",
     "line_width": "sets the line width of the drawn boxes",
 }
+
+
+def one_class_data(spec: "DataSpec", task: Any) -> "DataSpec":
+    """``spec`` with every class as one (``single_cls=True``), or an ``ArgumentError`` for a task it does not apply to."""
+    if not task.supports_single_class:
+        raise ArgumentError(f"single_cls=True trains every class of the boxes as one, and {task.name!r} models have no boxes "
+                            "with classes; remove single_cls")
+    return spec.as_one_class()
 
 
 def check_arguments(call: str, given: Any, accepted: Any) -> None:
@@ -140,6 +150,7 @@ def validate(
     project: str | os.PathLike[str] | None = None,
     name: str = "val",
     verbose: bool = True,
+    single_cls: bool = False,
 ) -> Validation:
     """The task's metrics of ``libre``'s model on split ``split`` of ``data``.
 
@@ -161,6 +172,7 @@ def validate(
         verbose: print the per-class table of the tasks that have one (detection, segmentation: images, instances,
             P, R, mAP50, mAP50-95 per class, as Ultralytics prints it); it is returned either way, as the metrics'
             ``class_table`` (``zoo_core.tasks.class_table``).
+        single_cls: score every object as one class, ``item`` (a model trained with ``single_cls=True``).
     """
     from torch.utils.data import DataLoader
 
@@ -179,6 +191,8 @@ def validate(
     image_size = check_image_size(imgsz if imgsz is not None else libre.input_size, size_multiple, libre.task)
     task = get_task(libre.task, input_pipeline=libre.input_pipeline, conf=conf, iou=iou)
     spec = task.prepare(data if isinstance(data, str) else Path(data))
+    if single_cls:
+        spec = one_class_data(spec, task)
     if task.has_classes and spec.num_classes != libre.num_classes:
         raise DatasetError(
             f"{data}: the dataset has {spec.num_classes} classes ({', '.join(spec.names.values())}) but the model has "

@@ -238,7 +238,7 @@ class SegmentTask(DetectTask):
         from zoo_core.data.instance_readers import index_instance_split
 
         report = ProblemReport(f"{spec.root} ({split})")
-        records = index_instance_split(list(spec.split(split)), spec.names, what=report.what, report=report)
+        records = spec.relabelled(index_instance_split(list(spec.split(split)), spec.label_names, what=report.what, report=report))
         if split == "train" and not any(len(record.labels) and not np.all(record.crowd) for record in records):
             skipped = f" ({report.skipped_lines} label lines were skipped, first: {'; '.join(report.first_skipped_lines)})" \
                 if report.skipped_lines else ""
