@@ -83,3 +83,24 @@ def test_runner_validates_and_predicts_probabilities(tmp_path: Path):
     assert result.top1 == result.top5[0] and len(result.top5) == 3
     assert result.summary().startswith("0.png: ") and result.save_path == Path("runs/classify/predict/0.png")
     assert result.to_dict()["top1_name"] in ("cat", "dog", "emu")
+
+
+def test_dropout_reaches_the_classifier_and_its_weights_file_and_other_tasks_refuse_it(tmp_path: Path):
+    from zoo_core.errors import ArgumentError
+    from zoo_core.facade import LibreYOLO
+
+    data = make_folders(tmp_path / "data", per_class=4)
+    model = LibreYOLO("resnet18")
+    model.train(data=str(data), dropout=0.3, epochs=1, batch=4, imgsz=32, workers=0, plots=False, verbose=False,
+                project=str(tmp_path / "runs"))
+    assert model.options["drop_rate"] == 0.3 and model.model.drop_rate == 0.3  # timm's dropout before the fc layer
+    reloaded = LibreYOLO(model.weights_path)
+    assert reloaded.model.drop_rate == 0.3
+    # Dropout is active in training only: two training-mode passes differ, eval passes do not.
+    images = torch.rand(2, 3, 32, 32)
+    reloaded.model.train()
+    assert not torch.equal(reloaded.model(images), reloaded.model(images))
+    reloaded.model.eval()
+    assert torch.equal(reloaded.model(images), reloaded.model(images))
+    with pytest.raises(ArgumentError, match="dropout=0.2: .* 'detect' models do not take it"):
+        LibreYOLO("yolo9-t").train(data="shapes:train=4,val=2,size=64", dropout=0.2, epochs=1, imgsz=64, workers=0)

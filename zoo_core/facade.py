@@ -509,10 +509,12 @@ class LibreYOLO:
             yield self.spec(weights)
 
     def _apply(self, outcome: "FitOutcome") -> None:
-        """Take the trained model from ``outcome``: its classes, names, input size and weights."""
+        """Take the trained model from ``outcome``: its classes, names, build options, input size and weights."""
         trained = outcome.spec
-        if trained.num_classes != self.num_classes:
-            self.model = self._manager.build_model(self.family, self.size, trained.num_classes, self.options)
+        if trained.num_classes != self.num_classes or dict(trained.options) != dict(self.options):
+            # The run changed the head (its dataset's classes) or a build option (dropout, a pose dataset's keypoints).
+            self.model = self._manager.build_model(self.family, self.size, trained.num_classes, dict(trained.options))
+            self.options = dict(trained.options)
         self.model.load_state_dict(outcome.state_dict, strict=True)
         self.model.eval()
         self.num_classes, self.names = trained.num_classes, dict(trained.names)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -33,6 +33,7 @@ from zoo_core.weights import read_weights
 
 if TYPE_CHECKING:
     from zoo_core.plugin_manager import ZooPluginManager
+    from zoo_core.tasks.base import Task
 
 __all__ = ["prepare_run", "run_rank", "adapt_to_dataset"]
 
@@ -45,6 +46,7 @@ def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe,
     future workers from a one-process ``context``. A global batch the user gave is checked against it
     here, before the data is prepared, and only here (E5); an autobatch is a multiple of it by construction.
     """
+    training_build_options(config, recipe.task)  # a dropout the task does not take is refused before any worker starts
     if config.batch != -1:
         check_divisible(config.batch, world_size)
     data = context.compute_on_main(lambda: recipe.task.prepare(config.data))
@@ -68,8 +70,19 @@ def prepare_run(spec: ModelSpec, config: TrainConfig, *, recipe: TrainingRecipe,
     return PreparedRun(data, image_size, batch, accumulation_steps(batch, config.nbs))
 
 
+def training_build_options(config: TrainConfig, task: "Task") -> dict[str, Any]:
+    """The build options a training argument sets: ``dropout`` as the task's ``dropout_option``; ``ArgumentError`` for a
+    task it does not apply to."""
+    if config.dropout == 0:
+        return {}
+    if task.dropout_option is None:
+        raise ArgumentError(f"dropout={config.dropout}: dropout before the classifier layer is for classification models; "
+                            f"{task.name!r} models do not take it (remove dropout)")
+    return {task.dropout_option: config.dropout}
+
+
 def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager", *, seed: int,
-                     report: bool) -> tuple[nn.Module, ModelSpec]:
+                     report: bool, build_options: dict[str, Any] | None = None) -> tuple[nn.Module, ModelSpec]:
     """``spec``'s model with a head for ``data``'s classes, and the spec of that model.
 
     With the same number of classes the model is returned as built. Otherwise the model is built for
@@ -78,13 +91,14 @@ def adapt_to_dataset(spec: ModelSpec, data: DataSpec, manager: "ZooPluginManager
     are drawn from a generator of the run's ``seed`` alone, so no draw made earlier in the process
     (another model's initialisation, another test) changes them. A model the caller built fresh
     (``spec.source`` is None: no file it was loaded from) reports that it is randomly initialised
-    instead: nothing of it is "kept" from pretraining.
+    instead: nothing of it is "kept" from pretraining. ``build_options`` (the training arguments' own, such as the
+    classifier's dropout) are built in too.
     """
     if report and spec.source is None:
         classes = data.num_classes if data.names else spec.num_classes
         print(f"{spec.name}: randomly initialised (built fresh, no weights file), {classes} classes", flush=True)
     # A dataset may also fix build options (the pose task: the number of keypoints and their skeleton).
-    options = {**spec.options, **dict(data.extra.get("model_options") or {})}
+    options = {**spec.options, **dict(data.extra.get("model_options") or {}), **(build_options or {})}
     if (not data.names or data.num_classes == spec.num_classes) and options == dict(spec.options):
         names = dict(data.names) if data.names else dict(spec.names)
         return build_from_spec(spec, manager), spec.replace(names=names)
@@ -119,7 +133,8 @@ def run_rank(spec: ModelSpec, config: TrainConfig, *, device: torch.device, mana
         seed_everything(config.seed)
         checkpoint = read_training_checkpoint(resume_from) if resume_from is not None else None
         model, trained_spec = adapt_to_dataset(spec, prepared.data, manager, seed=config.seed,
-                                               report=context.is_main and config.verbose)
+                                               report=context.is_main and config.verbose,
+                                               build_options=training_build_options(config, recipe.task))
         if checkpoint is not None:
             model.load_state_dict(checkpoint["train_model"])
         trained_spec = trained_spec.replace(input_size=prepared.image_size, weights=None, source=None)

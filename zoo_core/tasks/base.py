@@ -220,6 +220,8 @@ class Task(abc.ABC):
     trackable: ClassVar[bool] = False
     #: Whether ``single_cls=True`` (every class trained as one) applies: the task's records are boxes with classes.
     supports_single_class: ClassVar[bool] = False
+    #: The build option ``dropout=p`` sets (the classifier head's dropout), or None where ``dropout`` does not apply.
+    dropout_option: ClassVar[str | None] = None
     #: Modules a training worker needs before its first step, beyond the engine and this task's module:
     #: imported once by the workers' forkserver (``zoo_core/engine/launcher.py``).
     worker_modules: ClassVar[tuple[str, ...]] = ()

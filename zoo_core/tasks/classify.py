@@ -96,6 +96,8 @@ class ClassifyTask(Task):
     fitness_metric = "top1"
     export_outputs = ("logits",)
     result_type = "zoo_core.tasks.predictions:ClassificationResult"
+    # timm's dropout before the classifier, which zoo's classifier builder forwards (Ultralytics' classify ``dropout``).
+    dropout_option = "drop_rate"
     # timm's evaluation of ImageNet classifiers: the shorter side to size / 0.875, the centre crop, PIL bicubic.
     default_input_pipeline = InputPipeline(resize="crop", crop_pct=0.875, interpolation="bicubic_antialiased")
 
