@@ -611,3 +611,47 @@ def test_single_cls_trains_a_one_class_model_and_is_refused_where_there_are_no_b
     assert set(metrics) >= {"mAP50", "mAP50-95"}
     with pytest.raises(ArgumentError, match="single_cls=True .* 'classify' models have no boxes"):
         one_class_data(DetectTask().prepare(simple_yaml), ClassifyTask())
+
+
+# ---------------------------------------------------------------------------- cache
+@pytest.mark.parametrize("mode", ["ram", "disk"])
+def test_cached_images_give_the_same_samples_and_are_decoded_once(simple_yaml: Path, mode: str, monkeypatch):
+    import zoo_core.data.image_cache as image_cache
+    from zoo_core.paths import zoo_home
+
+    task = DetectTask()
+    spec = task.prepare(simple_yaml)
+    plain = task.dataset(spec, "train", 64, None)
+    expected = [plain[index] for index in range(len(plain))]
+    cached = task.dataset(spec, "train", 64, None)
+    decoded = []
+    original = image_cache.read_image
+    monkeypatch.setattr(image_cache, "read_image", lambda path: decoded.append(Path(path).name) or original(path))
+    before = sorted(simple_yaml.parent.rglob("*"))
+    cached.cache_images(mode)
+    assert sorted(decoded) == ["a.png", "b.png"]
+    for _ in range(2):  # two epochs
+        for index, first in enumerate(expected):
+            second = cached[index]
+            assert torch.equal(first["image"], second["image"]) and torch.equal(first["boxes"], second["boxes"])
+    assert len(decoded) == 2, "a cached image was decoded again"
+    assert sorted(simple_yaml.parent.rglob("*")) == before, "the cache wrote into the user's dataset folder"
+    if mode == "disk":
+        assert len(list((zoo_home() / "cache" / "images").rglob("*.npy"))) == 2
+        task.dataset(spec, "train", 64, None).cache_images("disk")  # a second run finds them
+        assert len(decoded) == 2
+
+
+def test_train_caches_what_it_reads_and_a_bad_cache_value_is_named(tmp_path: Path, capsys):
+    from pydantic import ValidationError
+
+    from .support import use_test_families, write_class_folders
+
+    use_test_families()
+    data = write_class_folders(tmp_path / "data", per_class=4, val_per_class=2)
+    LibreYOLO("tinynet-s").train(data=str(data), cache=True, epochs=1, batch=4, imgsz=32, workers=0, plots=False,
+                                 project=str(tmp_path / "runs"))
+    printed = capsys.readouterr().out
+    assert "train: cached 8 images" in printed and "MB in RAM" in printed and "val: cached 4 images" in printed
+    with pytest.raises((ValidationError, ValueError), match="cache"):
+        LibreYOLO("tinynet-s").train(data=str(data), cache="gpu", epochs=1, workers=0)

@@ -66,6 +66,7 @@ class TrainConfig(BaseModel):
     exist_ok: bool = Field(False, description="reuse project/task/name instead of numbering a new folder")
     seed: int = Field(0, description="seed of initialisation, sampling and augmentation (each rank offsets it)")
     fraction: float = Field(1.0, gt=0, le=1, description="fraction of the training set to use")
+    cache: bool | Literal["ram", "disk"] = Field(False, description="decode the images once: ram (or true) keeps them in memory, disk as .npy files under ZOO_HOME/cache")
     dropout: float = Field(0.0, ge=0, lt=1, description="classification: dropout before the classifier layer (timm's drop_rate)")
     single_cls: bool = Field(False, description="train every class as one, 'item' (detect, segment, pose): find objects, not kinds")
 

@@ -26,6 +26,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, Subset
 
 from zoo_core.data.damaged import DAMAGED_KEY, CountDamaged, SkipDamagedImages
+from zoo_core.data.image_cache import CachedImages, cache_mode
 from zoo_core.data.loader_workers import loader_start_method
 from zoo_core.engine.callbacks import CallbackList, make_loggers
 from zoo_core.engine.checkpoint import CheckpointWriter, snapshot, write_lean_best
@@ -44,7 +45,7 @@ from zoo_core.engine.seeding import loader_generator, loader_seed, seed_everythi
 from zoo_core.engine.sync_batchnorm import convert_sync_batchnorm, has_batchnorm
 from zoo_core.engine.train_result import EpochReport, TrainResult
 from zoo_core.engine.validation import shown_losses, validation_losses
-from zoo_core.errors import BatchSizeError, RunDirectoryError, TrainingDivergedError, TrainingWarning, warn
+from zoo_core.errors import ArgumentError, BatchSizeError, RunDirectoryError, TrainingDivergedError, TrainingWarning, warn
 from zoo_core.registry import ImageSize, image_size_hw
 from zoo_core.reports.results_plot import plot_results
 from zoo_core.reports.validation_report import BATCHES_DRAWN, ValidationReport
@@ -227,6 +228,19 @@ class Trainer:
             "training images, or sync_bn=True to compute the statistics over all ranks."
         )
 
+    def _cache_images(self, dataset: Any, split: str) -> None:
+        """``cache=ram|disk``: decode ``dataset``'s images now, once, instead of every epoch (zoo_core/data/image_cache.py)."""
+        mode = cache_mode(self.config.cache)
+        if mode is None:
+            return
+        if not isinstance(dataset, CachedImages):
+            raise ArgumentError(f"cache={self.config.cache!r}: {self.task.name!r} datasets are read as they are; remove cache")
+        started = time.perf_counter()
+        cache = dataset.cache_images(mode)
+        held = f", {cache.bytes / 1e6:.1f} MB in RAM" if mode == "ram" else " as .npy files"
+        console(self.context, self.config, f"{split}: cached {len(dataset.cached_paths())} images{held} in "
+                f"{time.perf_counter() - started:.1f} s")
+
     def _loaders(self) -> Loaders:
         from zoo_core.data.sampling import InferenceShardSampler
 
@@ -234,6 +248,7 @@ class Trainer:
         self.augment = self.recipe.augment_settings(config)
         self.multi_scale_sides = self._multi_scale_sides()
         base_set = self.task.dataset(self.data, "train", self.image_size, self.augment)
+        self._cache_images(base_set, "train")
         train_set: Any = base_set
         if config.fraction < 1:
             train_set = Subset(train_set, range(max(1, int(len(train_set) * config.fraction))))
@@ -255,6 +270,7 @@ class Trainer:
         val_loader = None
         if config.val:
             val_set = self.task.dataset(self.data, "val", self.image_size, None)
+            self._cache_images(val_set, "val")
             val_loader = DataLoader(val_set, batch_size=max(per_rank_batch, 1) * 2,
                                     sampler=InferenceShardSampler(len(val_set), context.rank, context.world_size),
                                     **loader_options)

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
 from zoo_core.data.errors import DatasetError, ProblemReport
-from zoo_core.data.images import IMAGE_SUFFIXES, images_in_directory, read_image, usable_images
+from zoo_core.data.image_cache import CachedImages
+from zoo_core.data.images import IMAGE_SUFFIXES, images_in_directory, usable_images
 from zoo_core.data.input_pipeline import fit_to_input
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.registry import InputPipeline
@@ -53,7 +54,7 @@ def imagenet_normalise(images: "torch.Tensor", device: "torch.device") -> "torch
     return (images - mean) / std
 
 
-class ClassFolderDataset:
+class ClassFolderDataset(CachedImages):
     """Images under ``split_dir/<class>/`` with labels from ``names`` (a torch ``Dataset``)."""
 
     def __init__(self, split_dir: Path, names: Mapping[int, str], transform: Any) -> None:
@@ -76,7 +77,11 @@ class ClassFolderDataset:
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         path, label = self.samples[index]
-        return {"image": self.transform(read_image(path)), "label": label, "path": str(path), "index": index}
+        return {"image": self.transform(self.read_image(path)), "label": label, "path": str(path), "index": index}
+
+    def cached_paths(self) -> list[Path]:
+        """Every sample's image (what ``cache=`` decodes once)."""
+        return [path for path, _ in self.samples]
 
 
 class FittedToInput:

@@ -47,7 +47,7 @@ from zoo_core.data.augment import (
 )
 from zoo_core.data.dataset_yaml import YAML_SUFFIXES
 from zoo_core.data.errors import DatasetError, ProblemReport
-from zoo_core.data.images import read_image
+from zoo_core.data.image_cache import CachedImages
 from zoo_core.data.input_pipeline import boxes_to_input, boxes_to_original, fit_to_input
 from zoo_core.data.shapes import materialize_shapes, parse_shapes
 from zoo_core.data.yolo_format import (
@@ -75,7 +75,7 @@ def detection_fitness(map50: float, map50_95: float) -> float:
     return 0.1 * map50 + 0.9 * map50_95
 
 
-class DetectionDataset(Dataset):
+class DetectionDataset(CachedImages, Dataset):
     """Images fitted to the input by ``pipeline`` with their boxes; random mosaic/MixUp/affine/flip/HSV when
     ``augment`` is on (a mosaic's pieces are scaled by their longer side, as YOLO's mosaic does).
 
@@ -105,7 +105,7 @@ class DetectionDataset(Dataset):
     def load(self, index: int) -> tuple[torch.Tensor, Any, torch.Tensor]:
         """Image ``index`` (uint8 3×H×W) with its boxes in pixels and classes (int64)."""
         record = self.records[index]
-        image = read_image(record.image)
+        image = self.read_image(record.image)
         height, width = image.shape[-2:]
         labels = torch.from_numpy(record.labels)
         scale = torch.tensor([width, height, width, height], dtype=torch.float32)

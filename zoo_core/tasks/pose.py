@@ -45,7 +45,6 @@ from torchvision.transforms.v2 import functional as F
 
 from zoo_core.data.augment import apply_v2, color_jitter, keep_visible_boxes, make_boxes, mosaic4, random_affine, resize_long_side
 from zoo_core.data.errors import DatasetError, ProblemReport
-from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import boxes_to_input, fit_to_input
 from zoo_core.data.keypoints import OKS_AREA_FROM_BOX, PoseLayout, coco_pose_layout, index_pose_split, parse_pose_layout
 from zoo_core.ops.boxes import ImagePlacement
@@ -120,7 +119,7 @@ class PoseDataset(DetectionDataset):
     def load_pose(self, index: int) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
         """Image ``index`` (uint8 3×H×W), its boxes in pixels, classes (int64) and keypoints (n×K×3 pixels), crowd left out."""
         record = self.records[index]
-        image = read_image(record.image)
+        image = self.read_image(record.image)
         height, width = int(image.shape[-2]), int(image.shape[-1])
         keep = ~np.asarray(record.crowd, dtype=bool)
         labels = torch.from_numpy(np.asarray(record.labels, dtype=np.float32)[keep]).reshape(-1, 5)

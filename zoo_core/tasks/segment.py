@@ -50,7 +50,6 @@ from zoo_core.data.augment import (
     resize_long_side,
 )
 from zoo_core.data.errors import DatasetError, ProblemReport
-from zoo_core.data.images import read_image
 from zoo_core.data.input_pipeline import boxes_to_input, fit_to_input
 from zoo_core.data.instances import mask_to_rle
 from zoo_core.ops.boxes import ImagePlacement
@@ -99,7 +98,7 @@ class InstanceSegmentationDataset(DetectionDataset):
         """Image ``index`` (uint8 3×H×W), its boxes in pixels, classes (int64) and masks (n×H×W uint8), crowd
         regions left out (``instance_truths`` keeps them for the metric)."""
         record = self.records[index]
-        image = read_image(record.image)
+        image = self.read_image(record.image)
         height, width = int(image.shape[-2]), int(image.shape[-1])
         keep = ~np.asarray(record.crowd, dtype=bool)
         labels = torch.from_numpy(np.asarray(record.labels, dtype=np.float32)[keep]).reshape(-1, 5)
