@@ -33,8 +33,10 @@ _one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)
 
 
 def test_rfdetr_n_overfits_a_fixed_sample_and_draws_its_predictions(tmp_path, learning):
+    # 0.4: at most 80 % of the worst mAP50 over seeds 0-2 on one and two threads (benchmarks/learning_margins.py); a
+    # 90-step run of this transformer lands anywhere from 0.5 to 1.0 on these two scenes, an untrained one near 0.
     learns_a_fixed_sample(tmp_path, f"{FAMILY}-{SMALLEST}", learning, steps=90, lr0=1e-3, images=2, batch=2, repeats=15,
-                          options={"num_queries": 10})
+                          options={"num_queries": 10}, minimum_map50=0.4)
 
 
 def test_the_smallest_size_trains_one_epoch_on_two_spawned_cpu_ranks():
