@@ -42,7 +42,8 @@ if TYPE_CHECKING:
     import numpy as np
     import torch
 
-__all__ = ["GRAPH_FORMATS", "ONNX_OPSET", "export_graph", "inference_form", "model_summary"]
+__all__ = ["GRAPH_FORMATS", "ONNX_OPSET", "export_graph", "inference_form", "model_summary", "graph_format", "read_graph_facts",
+           "graph_model"]
 
 # The graph formats and the suffix of their files.
 GRAPH_FORMATS = {"onnx": ".onnx", "torchscript": ".torchscript"}
@@ -379,3 +380,102 @@ def model_summary(model: "torch.nn.Module", input_size: int | Sequence[int]) -> 
     finally:
         model.train(was_training)
     return {"layers": layers, "parameters": parameters, "gflops": gflops}
+
+
+# ---------------------------------------------------------------------------- exported graphs loaded back
+def graph_format(path: Path) -> str | None:
+    """``"onnx"`` or ``"torchscript"`` for a file of that format (by its suffix), else None."""
+    suffix = Path(path).suffix.lower()
+    return next((name for name, known in GRAPH_FORMATS.items() if known == suffix), None)
+
+
+def read_graph_facts(path: Path) -> dict[str, Any]:
+    """The facts ``export_graph`` stored with the graph at ``path`` (family, size, names, input size, outputs, half...).
+
+    ONNX: its metadata properties (``zoo.*``, read through onnxruntime); TorchScript: its ``zoo.json``. An
+    ``ExportError`` names a graph zoo did not write (no facts) or a runtime that is missing.
+    """
+    import torch
+
+    format = graph_format(path)
+    if format == "torchscript":
+        files = {"zoo.json": ""}
+        try:
+            torch.jit.load(str(path), map_location="cpu", _extra_files=files)
+        except RuntimeError as error:
+            raise ExportError(f"{path}: not a TorchScript file torch can load ({_reason(error)})") from None
+        facts = json.loads(files["zoo.json"] or "{}")
+    else:
+        try:
+            import onnxruntime
+        except ImportError:
+            raise ExportError(f"{path}: running an ONNX graph needs onnxruntime: pip install onnxruntime") from None
+        try:
+            session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        except Exception as error:  # noqa: BLE001 - onnxruntime raises its own exception types
+            raise ExportError(f"{path}: not an ONNX graph onnxruntime can load ({_reason(error)})") from None
+        facts = {}
+        for key, value in session.get_modelmeta().custom_metadata_map.items():
+            if key.startswith("zoo."):
+                try:
+                    facts[key[4:]] = json.loads(value)
+                except json.JSONDecodeError:
+                    facts[key[4:]] = value  # the strings (name, task) are stored as they are
+    missing = [key for key in ("family", "size", "names", "task", "input_size", "outputs") if key not in facts]
+    if missing:
+        raise ExportError(f"{path}: the graph carries no zoo metadata ({', '.join(missing)} missing), so zoo cannot tell "
+                          "which model it is; load graphs that LibreYOLO(...).export() wrote")
+    facts["names"] = {int(index): str(name) for index, name in dict(facts["names"]).items()}
+    return facts
+
+
+def graph_model(path: Path, facts: Mapping[str, Any], family_model: "torch.nn.Module", device: "torch.device") -> "torch.nn.Module":
+    """The graph at ``path`` as the model ``predict`` and ``val`` run: its runtime computes the outputs the family's
+    eval model would (a tensor, or a dict of the task's outputs), and ``family_model``'s ``postprocess`` reads them.
+
+    ONNX runs in onnxruntime (CUDA where ``device`` is a GPU and the CUDA provider is installed, else the CPU),
+    TorchScript in ``torch.jit``. A graph exported at a fixed size refuses images of another size by name.
+    """
+    import numpy as np
+    import torch
+
+    format = graph_format(path)
+    names = list(facts["outputs"])
+    fixed_size = None if facts.get("dynamic") else tuple(int(side) for side in facts["input_size"])
+    input_type = torch.float16 if facts.get("half") else torch.float32
+
+    class ExportedGraphModel(torch.nn.Module):
+        """An exported graph behind the family model's interface (``forward`` by the runtime, ``postprocess``)."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.family_model = family_model.eval()
+            if format == "torchscript":
+                self.runtime = torch.jit.load(str(path), map_location=device)
+            else:
+                import onnxruntime
+
+                providers = ["CPUExecutionProvider"]
+                if device.type == "cuda" and "CUDAExecutionProvider" in onnxruntime.get_available_providers():
+                    providers.insert(0, "CUDAExecutionProvider")
+                self.session = onnxruntime.InferenceSession(str(path), providers=providers)
+
+        def forward(self, images: torch.Tensor) -> Any:
+            if fixed_size is not None and tuple(images.shape[-2:]) != fixed_size:
+                raise ExportError(f"{path} was exported at {fixed_size[0]}×{fixed_size[1]} and runs only at that size, got "
+                                  f"{images.shape[-2]}×{images.shape[-1]}; pass imgsz={list(fixed_size)}, or export with "
+                                  "dynamic=True")
+            if format == "torchscript":
+                with torch.no_grad():
+                    found = self.runtime(images.to(input_type))
+                outputs = [output.float() for output in (found if isinstance(found, (tuple, list)) else (found,))]
+            else:
+                feed = {INPUT_NAME: images.detach().to(input_type).cpu().numpy()}
+                outputs = [torch.from_numpy(np.asarray(output, dtype=np.float32)).to(images.device)
+                           for output in self.session.run(names, feed)]
+            return dict(zip(names, outputs)) if len(names) > 1 else outputs[0]
+
+        def postprocess(self, *args: Any, **kwargs: Any) -> Any:
+            return self.family_model.postprocess(*args, **kwargs)
+
+    return ExportedGraphModel().to(device).eval()

@@ -27,6 +27,7 @@ from zoo_core.errors import (
     WeightsMismatchError,
     WeightsNotFoundError,
 )
+from zoo_core.export import graph_format
 from zoo_core.naming import WEIGHT_SUFFIXES, canonical_name, resolve_model_name
 from zoo_core.plugin_manager import get_plugin_manager
 from zoo_core.published_weights import HubReference, fetch, not_published, parse_hub_reference, source_of_reference
@@ -94,6 +95,8 @@ class LibreYOLO:
         self._callbacks: list[Any] = []  # add_callback's, passed to every train() before callbacks=[...]
         #: The tracker of the last ``track()`` call, which ``track(persist=True)`` continues.
         self.tracking_session: Any = None
+        #: An exported graph this object was loaded from (``LibreYOLO("best.onnx")``): its path and stored facts.
+        self.graph: tuple[Path, dict[str, Any]] | None = None
         # The resolution order (docs/weights.md): an hf:// reference; a file on disk; the file name of a
         # size's published weights (LibreYOLO's names and their short forms, from registry.yaml); a
         # registry name, built fresh or, with pretrained=True, from its published weights.
@@ -104,7 +107,9 @@ class LibreYOLO:
         path = Path(model)
         if path.is_dir():
             raise WeightsNotFoundError(f"{path} is a directory, not a weights file; give the path of a .pt, .pth or .safetensors file")
-        if path.is_file():
+        if path.is_file() and graph_format(path) is not None:
+            self._load_graph(path)
+        elif path.is_file():
             self._load_file(path, architecture)
         elif path.suffix.lower() in WEIGHT_SUFFIXES:
             try:
@@ -169,6 +174,25 @@ class LibreYOLO:
         self.weights_path, self.data, self.pipeline_changes = path, loaded.data, dict(loaded.input_pipeline)
         published = f"; published as {origin}" if origin else ""
         log.info("%s: weights loaded from %s (%s%s)", self.name, path, loaded.description, published)
+
+    def _load_graph(self, path: Path) -> None:
+        """Stand for the exported graph at ``path`` (``zoo_core.export.read_graph_facts``): ``predict``, ``val`` and
+        ``track`` run it through its runtime; the family's model supplies only its ``postprocess``."""
+        from zoo_core.export import read_graph_facts
+
+        facts = read_graph_facts(path)
+        self.options = {**dict(facts.get("options") or {}), **self.options}
+        self._build(str(facts["family"]), str(facts["size"]), len(facts["names"]), facts["names"])
+        height, width = (int(side) for side in facts["input_size"])
+        self.input_size = height if height == width else (height, width)
+        self.pipeline_changes = dict(facts.get("input_pipeline") or {})
+        self.weights_path, self.graph = path, (path, facts)
+        log.info("%s: exported graph loaded from %s (%s)", self.name, path, graph_format(path))
+
+    def _refuse_graph(self, call: str) -> None:
+        if self.graph is not None:
+            raise ArgumentError(f"{call}: {self.graph[0]} is an exported graph, which holds no trainable weights; "
+                                f"{call.split('(')[0]} the .pt or .safetensors it was exported from")
 
     def _load_published(self, family: str, size: str, *, requested: str) -> None:
         """Load ``family``-``size``'s published weights, fetched once into the cache (``zoo_core.published_weights``).
@@ -268,6 +292,7 @@ class LibreYOLO:
         ``format="libreyolo"`` (the default for ``.pt``) writes a LibreYOLO 1.6 checkpoint in
         LibreYOLO's keys, through the family's converter (docs/weights.md).
         """
+        self._refuse_graph(f"save({str(path)!r})")
         path = Path(path)
         suffix = path.suffix.lower()
         format = format or {".safetensors": "zoo", ".pt": "libreyolo"}.get(suffix)
@@ -334,7 +359,9 @@ class LibreYOLO:
             return self.save(path, format="libreyolo")
         task = self._recipe().task
         input_size = self.input_size if imgsz is None else self._export_size(imgsz, task.size_multiple)
-        facts = {"family": self.family, "size": self.size, "names": self.names, "zoo_version": __version__}
+        self._refuse_graph(f"export(format={format!r})")
+        facts = {"family": self.family, "size": self.size, "names": self.names, "zoo_version": __version__,
+                 "options": dict(self.options), "input_pipeline": dict(self.pipeline_changes)}
         return export_graph(self.model, format, path, name=self.name, task=self.task, outputs=task.export_outputs,
                             input_size=input_size, metadata=facts, batch=batch, opset=ONNX_OPSET if opset is None else opset,
                             half=half, dynamic=dynamic, simplify=simplify, size_multiple=task.size_multiple)
@@ -404,6 +431,7 @@ class LibreYOLO:
         """
         from zoo_core.engine import fit
 
+        self._refuse_graph("train()")
         if self._callbacks:
             given = kwargs.get("callbacks") or []
             kwargs = {**kwargs, "callbacks": [*self._callbacks, *(given if isinstance(given, (list, tuple)) else [given])]}
@@ -469,11 +497,19 @@ class LibreYOLO:
     def inference_model(self, device: Any) -> Any:
         """The model as ``predict`` and ``val`` run it: a fused copy on ``device`` (``zoo_core.export.inference_form``:
         BatchNorms folded, re-parameterised branches merged, training-only branches dropped), kept until the
-        weights change (a parameter or buffer replaced or modified in place, or another model assigned)."""
+        weights change (a parameter or buffer replaced or modified in place, or another model assigned). A model loaded
+        from an exported graph runs that graph (``zoo_core.export.graph_model``)."""
         import torch
 
         from zoo_core.export import inference_form
 
+        if self.graph is not None:
+            from zoo_core.export import graph_model
+
+            key = ("graph", str(device))
+            if self._inference_cache is None or self._inference_cache[0] != key:
+                self._inference_cache = (key, graph_model(self.graph[0], self.graph[1], self.model, torch.device(device)))
+            return self._inference_cache[1]
         tensors = [*self.model.parameters(), *self.model.buffers()]
         key = (id(self.model), str(device), tuple((id(tensor), tensor._version) for tensor in tensors))
         if self._inference_cache is None or self._inference_cache[0] != key:
