@@ -296,9 +296,10 @@ _FLAG_KEYS = {
     "predict": ("conf", "iou", "imgsz", "device", "max_det", "save", "project", "name"),
     "track": ("tracker", "conf", "iou", "imgsz", "device", "max_det", "save", "project", "name"),
     "export": ("format", "output"),
+    "benchmark": ("data", "imgsz", "device", "batch"),
 }
 _POSITIONAL_KEYS = {"train": ("model",), "val": ("model",), "predict": ("model", "source"), "track": ("model", "source"),
-                    "export": ("model",)}
+                    "export": ("model",), "benchmark": ("model",)}
 
 
 def _looks_like_key_value(word: str) -> bool:
@@ -444,6 +445,20 @@ def command_track(arguments: argparse.Namespace) -> int:
     return 0
 
 
+def command_benchmark(arguments: argparse.Namespace) -> int:
+    """``zoo benchmark MODEL data=D [imgsz=640] [device=cpu]``: PyTorch and each graph format, one table."""
+    from zoo_core.model_benchmark import BENCHMARK_FORMATS, benchmark, format_table
+
+    settings = command_settings(arguments)
+    if "data" not in settings:
+        raise TrainConfigError("zoo benchmark needs data=...: the dataset each format is validated on (e.g. data=shapes)")
+    formats = settings.pop("formats", ",".join(BENCHMARK_FORMATS))
+    formats = tuple(part.strip() for part in formats.split(",")) if isinstance(formats, str) else tuple(formats)
+    rows = benchmark(settings.pop("model"), formats=formats, **settings)
+    print(format_table(rows))
+    return 1 if all(row.error for row in rows) else 0
+
+
 def command_export(arguments: argparse.Namespace) -> int:
     """``zoo export MODEL format=F [output=PATH]``: write the model in another format and say where."""
     settings = command_settings(arguments)
@@ -579,6 +594,15 @@ def build_parser() -> argparse.ArgumentParser:
     exporting.add_argument("--format", choices=EXPORT_FORMATS, help="libreyolo: a LibreYOLO 1.6 checkpoint; onnx, torchscript: the inference graph")
     exporting.add_argument("--output", help="the file to write (default: beside the weights, or in the current folder)")
     exporting.set_defaults(handler=command_export)
+
+    benchmarking = commands.add_parser("benchmark", allow_abbrev=False,
+                                       help="file size, accuracy and speed of a model in PyTorch, ONNX and TorchScript")
+    benchmarking.add_argument("words", nargs="*", metavar="MODEL|KEY=VALUE", help="a model name or weights file, then data=...")
+    benchmarking.add_argument("--data", help="the dataset each format is validated on")
+    benchmarking.add_argument("--imgsz", type=_image_size_argument, help="640, or height,width: 512,1024")
+    benchmarking.add_argument("--device")
+    benchmarking.add_argument("--batch", type=int, help="images per timed forward pass (default 1)")
+    benchmarking.set_defaults(handler=command_benchmark)
 
     user_settings = commands.add_parser("settings", allow_abbrev=False,
                                         help="show or change the settings file (runs, weights and datasets folders, default loggers)")

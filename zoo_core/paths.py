@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 __all__ = [
-    "zoo_home", "sample_image", "SAMPLE_SEED", "SPAWN_PREFIX", "WEIGHTS_PREFIX", "TEMP_PREFIXES", "process_alive",
+    "zoo_home", "sample_image", "SAMPLE_SEED", "SPAWN_PREFIX", "WEIGHTS_PREFIX", "BENCHMARK_PREFIX", "TEMP_PREFIXES", "process_alive",
     "owned_temp_dir", "sweep_stale_folders",
 ]
 
 SPAWN_PREFIX = "zoo-spawn-"  # a launch's arguments, results and worker errors (engine/launcher.py)
 WEIGHTS_PREFIX = "zoo-weights-"  # the weights a train() call hands its workers (facade.py)
-TEMP_PREFIXES = (SPAWN_PREFIX, WEIGHTS_PREFIX)  # the folders zoo makes in the temp directory
+BENCHMARK_PREFIX = "zoo-benchmark-"  # the files zoo benchmark writes and loads back (model_benchmark.py)
+TEMP_PREFIXES = (SPAWN_PREFIX, WEIGHTS_PREFIX, BENCHMARK_PREFIX)  # the folders zoo makes in the temp directory
 
 
 def process_alive(pid: int) -> bool:
