@@ -15,7 +15,7 @@ from .doubles import use_test_families
 
 __all__ = [
     "use_test_families", "write_class_folders", "script_environment", "run_script", "run_concurrently",
-    "torchrun_command", "children_of", "alive",
+    "torchrun_command", "children_of", "alive", "varied_class_scores",
 ]
 
 
@@ -91,3 +91,18 @@ def alive(pid: int) -> bool:
     except OSError:
         return False
     return "State:\tZ" not in status
+
+
+def varied_class_scores(model) -> None:
+    """Random weights in a YOLO head's last class convolutions (``head.class_branches.*.2``), prior -1.
+
+    They start at zero weights and a low prior, so a fresh model scores every box the same (0.003): nothing
+    passes a tracker's thresholds and every NMS order is a tie. With these, a fresh or barely trained
+    detector gives varied scores above 0.25, which is what the tests that compare two runs of it need.
+    """
+    import torch
+
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            if name.startswith("head.class_branches.") and ".2." in name:
+                parameter.normal_(0.0, 0.3) if name.endswith("weight") else parameter.fill_(-1.0)

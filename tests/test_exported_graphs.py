@@ -9,6 +9,8 @@ import torch
 from zoo_core import LibreYOLO, sample_image
 from zoo_core.errors import ArgumentError, ExportError
 
+from .support import varied_class_scores
+
 SIDE = 64
 DATA = "shapes:train=4,val=4,size=64"
 
@@ -26,12 +28,7 @@ def same_detections(found, expected) -> bool:
 def detector():
     torch.manual_seed(0)
     model = LibreYOLO("yolo9-t", num_classes=4)
-    # Random class convolutions (they start at zero weights: every score equal, every NMS order a tie) give the
-    # boxes distinct scores, so both runtimes keep the same boxes in the same order.
-    with torch.no_grad():
-        for name, parameter in model.model.named_parameters():
-            if name.startswith("head.class_branches.") and ".2." in name:
-                parameter.normal_(0.0, 0.3) if name.endswith("weight") else parameter.fill_(-1.0)
+    varied_class_scores(model.model)  # distinct scores: both runtimes keep the same boxes
     model.input_size = SIDE
     return model
 
@@ -54,10 +51,7 @@ def test_an_exported_detector_predicts_validates_and_tracks_as_the_pytorch_model
 def test_an_exported_segmenter_gives_the_same_masks(tmp_path):
     torch.manual_seed(0)
     model = LibreYOLO("yolo9_seg-t", num_classes=2)
-    with torch.no_grad():
-        for name, parameter in model.model.named_parameters():
-            if name.startswith("head.class_branches.") and ".2." in name:
-                parameter.normal_(0.0, 0.3) if name.endswith("weight") else parameter.fill_(-1.0)
+    varied_class_scores(model.model)
     model.input_size = SIDE
     graph = LibreYOLO(model.export(format="onnx", path=tmp_path / "seg.onnx"))
     expected = model.predict(sample_image(), conf=0.2, verbose=False)[0]

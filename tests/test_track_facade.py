@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tests.doubles import LookupDetector, LookupInstanceSegmenter, fake_libre, image_key
+from tests.support import varied_class_scores
 from zoo_core import LibreYOLO
 from zoo_core.cli import main
 from zoo_core.data.shapes_video import shapes_video
@@ -172,12 +173,7 @@ def test_a_detector_trained_on_two_ranks_tracks_as_its_one_process_twin(tmp_path
                     verbose=False, plots=False, project=str(tmp_path / "runs"))
     torch.manual_seed(0)
     start = LibreYOLO("yolo9-t", num_classes=4)
-    # The class convolutions start at zero weights and a low prior (every score 0.003); random weights and a higher
-    # prior give a barely trained detector varied scores above the tracker's thresholds, so there is something to compare.
-    with torch.no_grad():
-        for name, parameter in start.model.named_parameters():
-            if name.startswith("head.class_branches.") and ".2." in name:
-                parameter.normal_(0.0, 0.3) if name.endswith("weight") else parameter.fill_(-1.0)
+    varied_class_scores(start.model)  # so the barely trained detector's boxes pass the tracker's thresholds
     initial = start.save(tmp_path / "initial.safetensors")
     one_process, two_ranks = LibreYOLO(initial), LibreYOLO(initial)
     one_process.train(device="cpu", name="single", **settings)

@@ -349,8 +349,23 @@ class LabelledItemsResult(Result):
         return self.select(torch.isin(self.labels, torch.tensor(classes, dtype=self.labels.dtype)))
 
 
+class YoloLabelFile:
+    """``save_txt``: a result's ``yolo_lines`` written as a YOLO label file (what ``predict(save_txt=True)`` writes)."""
+
+    def yolo_lines(self, save_conf: bool = False) -> list[str]:
+        """One label line per found item, in the format of the result's task (each result type defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no YOLO label format")
+
+    def save_txt(self, path: str | Path, save_conf: bool = False) -> Path:
+        """Write ``yolo_lines(save_conf)`` to ``path`` (one line per box; an empty file when nothing was found)."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(f"{line}\n" for line in self.yolo_lines(save_conf)), encoding="utf-8")
+        return path
+
+
 @dataclass(repr=False)
-class DetectionResult(LabelledItemsResult):
+class DetectionResult(YoloLabelFile, LabelledItemsResult):
     """Boxes (``n×4`` xyxy, original-image pixels), ``scores`` (n) and ``labels`` (n, int64)."""
 
     task: ClassVar[str] = "detect"
@@ -411,13 +426,6 @@ class DetectionResult(LabelledItemsResult):
             values = (label, *box, score) if save_conf else (label, *box)
             lines.append(" ".join(f"{value:g}" for value in values))
         return lines
-
-    def save_txt(self, path: str | Path, save_conf: bool = False) -> Path:
-        """Write ``yolo_lines(save_conf)`` to ``path`` (one line per box; an empty file when nothing was found)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"{line}\n" for line in self.yolo_lines(save_conf)), encoding="utf-8")
-        return path
 
     def save_crops(self, directory: str | Path, stem: str) -> list[Path]:
         """Each box's region of the original image, saved as ``directory/<class name>/<stem>.jpg`` (``<stem>_2.jpg``...
@@ -580,7 +588,7 @@ class PoseResult(DetectionResult):
 
 
 @dataclass(repr=False)
-class OrientedBoxResult(LabelledItemsResult):
+class OrientedBoxResult(YoloLabelFile, LabelledItemsResult):
     """Oriented boxes: ``obb`` (an ``OrientedBoxes``: ``n×5`` ``cx, cy, w, h, angle`` in original-image pixels with
     ``.xywhr``, ``.xyxyxyxy``, ``.conf``, ``.cls``), ``scores`` (n) and ``labels`` (n, int64)."""
 
@@ -624,13 +632,6 @@ class OrientedBoxResult(LabelledItemsResult):
             values = (label, *corners, score) if save_conf else (label, *corners)
             lines.append(" ".join(f"{value:g}" for value in values))
         return lines
-
-    def save_txt(self, path: str | Path, save_conf: bool = False) -> Path:
-        """Write ``yolo_lines(save_conf)`` to ``path`` (one line per box; an empty file when nothing was found)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("".join(f"{line}\n" for line in self.yolo_lines(save_conf)), encoding="utf-8")
-        return path
 
 
 @dataclass(repr=False)
