@@ -343,6 +343,37 @@ def _detr_train_step(family: str) -> Callable[[nn.Module, torch.Tensor, torch.Te
 
 # D-FINE's frozen up/reg_scale scalars: LibreYOLO parameters, zoo buffers (same keys, same values).
 _FROZEN_DETR_SCALARS = ("decoder.up", "decoder.reg_scale")
+def _dfine_seg_zoo(model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    from zoo_core.detr.mask_head import query_mask_logits
+
+    outputs = model(images)
+    masks = query_mask_logits(outputs["mask_coefficients"], outputs["mask_features"]).sigmoid()
+    return {**{name: outputs[name] for name in ("boxes", "scores", "mask_coefficients", "mask_features")}, "masks": masks}
+
+
+def _dfine_seg_libreyolo(model: nn.Module, images: torch.Tensor) -> dict[str, torch.Tensor]:
+    """LibreYOLO's D-FINE-seg eval outputs: every query's box, scores and mask probabilities, and (caught at its mask
+    modules) the stride-4 mask features and the final layer's scaled query embeddings (the export form's coefficients)."""
+    caught: dict[str, torch.Tensor] = {}
+    decoder = model.decoder
+
+    def keep(name: str):
+        def hook(module, inputs, output):
+            caught.setdefault(name, output)  # the mask head runs on the final layer first, then the auxiliary ones
+        return hook
+
+    handles = [decoder.mask_decoder.register_forward_hook(keep("mask_features")),
+               decoder.mask_head.register_forward_hook(keep("embedding"))]
+    try:
+        outputs = model(images)
+    finally:
+        for handle in handles:
+            handle.remove()
+    decoded = _detr_libreyolo(lambda x: outputs, images)
+    coefficients = caught["embedding"] * caught["embedding"].shape[-1] ** -0.5
+    return {**decoded, "mask_coefficients": coefficients, "mask_features": caught["mask_features"], "masks": outputs["pred_masks"]}
+
+
 _DETR = dict(num_classes=3, zoo_outputs=_detection_zoo, libreyolo_outputs=_detr_libreyolo, relative=1e-6,
              libreyolo_options={"_scratch_init": True}, libreyolo_unused_parameters=_FROZEN_DETR_SCALARS)
 _CLASSIFIER = dict(num_classes=10, image_size=64, zoo_outputs=_tensor_output("logits"),
@@ -394,6 +425,9 @@ ORACLE_CASES: dict[str, OracleCase] = {
                          **_DETR),
     "dfine": OracleCase("LibreDFINE", image_size=256, libreyolo_train_step=_detr_train_step("dfine"), minimum_side=256,
                         **_DETR),
+    "dfine_seg": OracleCase("LibreDFINE", image_size=256, minimum_side=256,
+                            **{**_DETR, "zoo_outputs": _dfine_seg_zoo, "libreyolo_outputs": _dfine_seg_libreyolo,
+                               "libreyolo_options": {"_scratch_init": True, "task": "segment"}}),
     "deim": OracleCase("LibreDEIM", image_size=256, libreyolo_train_step=_detr_train_step("deim"), minimum_side=256,
                        **_DETR),
     "rtdetrv4": OracleCase("LibreRTDETRv4", image_size=128, libreyolo_train_step=_detr_train_step("rtdetrv4"),

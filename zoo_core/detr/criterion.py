@@ -189,6 +189,26 @@ class SetCriterion:
             ddf = ddf + (positive_mean * num_pos + negative_mean * num_neg) / (num_pos + num_neg)
         return fgl, ddf, positives_scale
 
+    # ------------------------------------------------------------------ hooks
+    def extra_match_costs(self, levels: list[dict[str, torch.Tensor]], targets: DETRTargets) -> list[torch.Tensor | None] | None:
+        """Costs added to the matching costs of ``levels`` (final, auxiliary, initial, encoder): None here.
+
+        A subclass (``zoo_core.detr.mask_losses.MaskSetCriterion``) returns one ``(B, Q, T)`` cost or
+        None per level.
+        """
+        return None
+
+    def extra_terms(
+        self, levels: list[dict[str, torch.Tensor]], matches: list[Match], denoising_layers: list[dict[str, torch.Tensor]],
+        denoising_match: Match | None, targets: DETRTargets,
+    ) -> dict[str, torch.Tensor]:
+        """Further weighted loss sums by name (added to ``items`` and the total): none here.
+
+        ``matches[k]`` is the own match of ``levels[k]``; ``denoising_layers`` (maybe empty) share
+        ``denoising_match``.
+        """
+        return {}
+
     # ------------------------------------------------------------------ total
     def __call__(self, outputs: Mapping[str, Any], targets: DETRTargets) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         c = self.config
@@ -199,7 +219,8 @@ class SetCriterion:
         targets = targets.to(device)
         # Levels in the published order: final layer, auxiliary layers, initial boxes, encoder proposals.
         levels = [layers[-1], *layers[:-1], *([initial] if initial is not None else []), *encoder]
-        matches = self.matcher.match([(item["logits"], item["boxes"]) for item in levels], targets)
+        matches = self.matcher.match([(item["logits"], item["boxes"]) for item in levels], targets,
+                                     self.extra_match_costs(levels, targets))
         own = dict(zip(map(id, levels), matches))
         num_boxes = average_box_count(targets.total, device, self.distributed)
         if c.go_union:
@@ -230,6 +251,7 @@ class SetCriterion:
             sums["ddf"] = sums["ddf"] + c.weight_ddf * ddf
 
         denoising = outputs.get("denoising")
+        dn_match, dn_layers = None, []
         if denoising is not None:
             queries = denoising["queries"]
             dn_match = Match(queries.positive_batch, queries.positive_query, queries.positive_target)
@@ -243,6 +265,8 @@ class SetCriterion:
                 sums["fgl"] = sums["fgl"] + c.weight_fgl * fgl
                 sums["ddf"] = sums["ddf"] + c.weight_ddf * ddf
 
+        for name, value in self.extra_terms(levels, matches, dn_layers, dn_match, targets).items():
+            sums[name] = sums.get(name, 0.0) + value
         sums = {k: torch.nan_to_num(torch.as_tensor(v, device=device), nan=0.0) for k, v in sums.items()}
         total = sum(sums.values())
         return total, {k: v.detach() for k, v in sums.items()}

@@ -31,6 +31,11 @@ Outputs: in eval mode ``{"logits": (B, Q, C), "boxes": (B, Q, 4)}`` of layer ``e
 proposals), ``"initial"`` (FDR's layer-0 initial boxes), ``"denoising"`` (the same for the
 denoising queries, with ``"queries"``: the ``DenoisingQueries``) — what ``SetCriterion`` reads.
 A new family subclasses ``DETRDecoderBase`` and implements ``run_layers``.
+
+Mask heads (``zoo_core.detr.mask_head``) need each layer's query features: with ``return_queries``
+set, every layer item also holds ``"queries"`` (B×Q×dim, the layer's output features, split into the
+matching and denoising parts like the boxes), and the eval outputs gain ``"queries"`` of layer
+``eval_index``.
 """
 
 from __future__ import annotations
@@ -297,6 +302,8 @@ class DETRDecoderBase(nn.Module, metaclass=abc.ABCMeta):
         self.query_position = MLP(4, 2 * dim, dim, 2, mlp_activation)
         nn.init.xavier_uniform_(self.query_position.layers[0].weight)
         nn.init.xavier_uniform_(self.query_position.layers[1].weight)
+        # Set by a segmenter (zoo_core.detr.segmenter): run_layers then keeps each layer's query features.
+        self.return_queries = False
 
     def flatten(self, features: Sequence[torch.Tensor]) -> tuple[torch.Tensor, SpatialShapes]:
         """Project and flatten the maps: ``(B, Σ h·w, dim)`` memory and the ``(h, w)`` shapes."""
@@ -337,7 +344,10 @@ class DETRDecoderBase(nn.Module, metaclass=abc.ABCMeta):
         result = self.run_layers(queries, box_logits, memory, shapes, mask)
         layers: list[dict[str, torch.Tensor]] = result["layers"]
         if not self.training:
-            return {"logits": layers[-1]["logits"], "boxes": layers[-1]["boxes"]}
+            final = {"logits": layers[-1]["logits"], "boxes": layers[-1]["boxes"]}
+            if "queries" in layers[-1]:
+                final["queries"] = layers[-1]["queries"]
+            return final
         split = denoising.num_queries if denoising is not None else 0
 
         def part(item: dict[str, torch.Tensor] | None, first: bool) -> dict[str, torch.Tensor] | None:
@@ -406,11 +416,12 @@ class DeltaRefinementDecoder(DETRDecoderBase):
             )
             delta = self.box_heads[index](queries)
             refined = torch.sigmoid(delta + inverse_sigmoid(reference))
+            extra = {"queries": queries} if self.return_queries else {}
             if self.training:
                 boxes = refined if index == 0 else torch.sigmoid(delta + inverse_sigmoid(reference_with_grad))
-                layers.append({"logits": self.class_heads[index](queries), "boxes": boxes})
+                layers.append({"logits": self.class_heads[index](queries), "boxes": boxes, **extra})
             elif index == self.eval_index:
-                layers.append({"logits": self.class_heads[index](queries), "boxes": refined})
+                layers.append({"logits": self.class_heads[index](queries), "boxes": refined, **extra})
                 break
             reference_with_grad = refined
             reference = refined.detach() if self.training else refined
@@ -523,6 +534,8 @@ class DistributionRefinementDecoder(DETRDecoderBase):
             if self.training or index == self.eval_index:
                 logits = self.quality_heads[index](self.class_heads[index](queries), corners)
                 layers.append({"logits": logits, "boxes": boxes, "corners": corners, "reference": initial_reference})
+                if self.return_queries:
+                    layers[-1]["queries"] = queries
                 if not self.training:
                     break
             previous_corners = corners

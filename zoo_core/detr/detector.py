@@ -106,12 +106,16 @@ class DETRDetector(nn.Module):
             return targets.to(images.device)
         return DETRTargets.from_batch(targets.to(images.device), images.shape[0], (images.shape[2], images.shape[3]))
 
-    def forward(self, images: torch.Tensor, targets: torch.Tensor | DETRTargets | None = None) -> dict[str, Any]:
+    def check_images(self, images: torch.Tensor) -> None:
+        """Raise ``ValueError`` unless ``images`` is N×3×H×W with H and W multiples of ``size_multiple``."""
         if images.dim() != 4 or images.shape[2] % self.size_multiple or images.shape[3] % self.size_multiple:
             raise ValueError(
                 f"{type(self).__name__} takes N×3×H×W images with H and W multiples of {self.size_multiple}, "
                 f"got {tuple(images.shape)}; letterbox or resize the input"
             )
+
+    def forward(self, images: torch.Tensor, targets: torch.Tensor | DETRTargets | None = None) -> dict[str, Any]:
+        self.check_images(images)
         packed = self._targets(targets, images) if targets is not None and self.training else None
         outputs = self.decoder(self.encoder(self.backbone(images)), targets=packed)
         height, width = images.shape[2], images.shape[3]

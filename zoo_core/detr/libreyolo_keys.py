@@ -30,6 +30,7 @@ __all__ = [
     "FROZEN_NORM_SIZES",
     "distribution_detr_from_libreyolo",
     "distribution_detr_to_libreyolo",
+    "mask_head_rules",
 ]
 
 # Buffers zoo recomputes, and the inner decoder's references to the outer ``up``/``reg_scale`` (the same tensors).
@@ -116,19 +117,37 @@ def distribution_detr_rules() -> list[KeyRule]:
 FROZEN_NORM_SIZES = frozenset({"l", "x"})
 
 
-def distribution_detr_from_libreyolo(state_dict: Mapping[str, "torch.Tensor"], extra_drop: Sequence[str] = ()) -> dict[str, "torch.Tensor"]:
+def mask_head_rules() -> list[KeyRule]:
+    """D-FINE-seg's mask head: ``decoder.mask_decoder`` (the feature fusion) and ``decoder.mask_head`` (the query
+    MLP) ↔ ``zoo_core.detr.mask_head.QueryMaskHead`` at ``mask_head``."""
+    fusion, zoo = "decoder.mask_decoder", "mask_head.features"
+    return [
+        KeyRule(f"{fusion}.lateral.{{i}}", f"{zoo}.lateral.{{i}}"),
+        KeyRule(f"{fusion}.bn.{{i}}", f"{zoo}.lateral_norms.{{i}}"),
+        KeyRule(f"{fusion}.fusion_conv", f"{zoo}.fusion"),
+        KeyRule(f"{fusion}.fusion_norm", f"{zoo}.fusion_norm"),
+        KeyRule(f"{fusion}.up_conv", f"{zoo}.refine"),
+        KeyRule(f"{fusion}.bn1", f"{zoo}.refine_norm"),
+        KeyRule("decoder.mask_head", "mask_head.embedding"),
+    ]
+
+
+def distribution_detr_from_libreyolo(state_dict: Mapping[str, "torch.Tensor"], extra_drop: Sequence[str] = (),
+                                     extra_rules: Sequence[KeyRule] = ()) -> dict[str, "torch.Tensor"]:
     """A LibreYOLO (or official) D-FINE/DEIM/RT-DETRv4 ``model`` state dict → zoo keys.
 
     Recomputed buffers are dropped (``DISTRIBUTION_DETR_DROP`` and ``extra_drop``), and BatchNorm
-    counters that frozen LibreYOLO backbones lack are added.
+    counters that frozen LibreYOLO backbones lack are added. ``extra_rules`` (tried first) cover
+    further heads (``mask_head_rules`` for the segmenters).
     """
     drop = (*DISTRIBUTION_DETR_DROP, *extra_drop)
-    return add_batch_counters(rename_keys(state_dict, distribution_detr_rules(), to_zoo=True, drop=drop))
+    return add_batch_counters(rename_keys(state_dict, [*extra_rules, *distribution_detr_rules()], to_zoo=True, drop=drop))
 
 
-def distribution_detr_to_libreyolo(size: str, state_dict: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+def distribution_detr_to_libreyolo(size: str, state_dict: Mapping[str, "torch.Tensor"],
+                                   extra_rules: Sequence[KeyRule] = ()) -> dict[str, "torch.Tensor"]:
     """zoo's D-FINE/DEIM/RT-DETRv4 state dict → LibreYOLO keys (its loader regenerates the dropped anchor buffers)."""
-    renamed = rename_keys(state_dict, distribution_detr_rules(), to_zoo=False)
+    renamed = rename_keys(state_dict, [*extra_rules, *distribution_detr_rules()], to_zoo=False)
     for name in ("up", "reg_scale"):  # LibreYOLO's inner decoder holds the same two tensors
         renamed[f"decoder.decoder.{name}"] = renamed[f"decoder.{name}"]
     if size in FROZEN_NORM_SIZES:

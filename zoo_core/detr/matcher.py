@@ -62,12 +62,22 @@ class HungarianMatcher:
         return cost.reshape(batch, queries, -1)
 
     @torch.no_grad()
-    def match(self, levels: Sequence[tuple[torch.Tensor, torch.Tensor]], targets: DETRTargets) -> list[Match]:
-        """One ``Match`` per ``(logits, boxes)`` level; images without targets match nothing."""
+    def match(self, levels: Sequence[tuple[torch.Tensor, torch.Tensor]], targets: DETRTargets,
+              extra_costs: Sequence[torch.Tensor | None] | None = None) -> list[Match]:
+        """One ``Match`` per ``(logits, boxes)`` level; images without targets match nothing.
+
+        ``extra_costs`` (one per level, or None) are ``(B, Q, T)`` costs added to a level's (a
+        segmenter's mask costs, ``zoo_core.detr.mask_losses``); only each image's own block is read.
+        """
         device = levels[0][0].device
         if targets.total == 0:
             return [Match.empty(device) for _ in levels]
-        costs = torch.nan_to_num(torch.stack([self.cost_matrix(l, b, targets) for l, b in levels]), nan=1.0).cpu().numpy()
+        if extra_costs is not None and len(extra_costs) != len(levels):
+            raise ValueError(f"extra_costs needs one entry per level ({len(levels)}), got {len(extra_costs)}")
+        level_costs = [self.cost_matrix(l, b, targets) for l, b in levels]
+        if extra_costs is not None:
+            level_costs = [cost if extra is None else cost + extra.float() for cost, extra in zip(level_costs, extra_costs)]
+        costs = torch.nan_to_num(torch.stack(level_costs), nan=1.0).cpu().numpy()
         offsets = targets.offsets
         results = []
         for level_costs in costs:

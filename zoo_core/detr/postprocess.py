@@ -13,8 +13,10 @@ __all__ = ["topk_detections"]
 
 
 @torch.no_grad()
-def topk_detections(scores: torch.Tensor, boxes: torch.Tensor, conf: float = 0.25, max_det: int = 300) -> list[dict[str, torch.Tensor]]:
-    """Per image ``boxes`` (n×4, as given), ``scores`` (n) and ``labels`` (n, int64), best first.
+def topk_detections(scores: torch.Tensor, boxes: torch.Tensor, conf: float = 0.25, max_det: int = 300, *,
+                    return_queries: bool = False) -> list[dict[str, torch.Tensor]]:
+    """Per image ``boxes`` (n×4, as given), ``scores`` (n) and ``labels`` (n, int64), best first; with
+    ``return_queries`` also ``queries`` (n, int64: the query of each detection, for per-query masks).
 
     Args:
         scores: ``(B, Q, C)`` probabilities.
@@ -31,7 +33,11 @@ def topk_detections(scores: torch.Tensor, boxes: torch.Tensor, conf: float = 0.2
     labels = top_index % classes
     top_boxes = boxes.gather(1, query[..., None].expand(-1, -1, 4))
     keep = top_scores > conf
-    return [
+    found = [
         {"boxes": top_boxes[i][keep[i]], "scores": top_scores[i][keep[i]], "labels": labels[i][keep[i]].long()}
         for i in range(batch)
     ]
+    if return_queries:
+        for i, detection in enumerate(found):
+            detection["queries"] = query[i][keep[i]].long()
+    return found

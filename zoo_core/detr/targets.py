@@ -25,11 +25,16 @@ class DETRTargets:
         labels: ``(T,)`` int64 classes.
         boxes: ``(T, 4)`` normalised ``cx, cy, w, h``.
         counts: boxes per image (host ints, ``len(counts)`` = batch size).
+        rows: ``(T,)`` the row of the batch's ``M×6`` targets each box came from (``from_batch``), so that
+            per-object data in the batch (instance ``masks``) can follow the packing; None otherwise.
+        masks: ``(T, h, w)`` float target masks of the boxes, for segmenters (``with_masks``); None for detectors.
     """
 
     labels: torch.Tensor
     boxes: torch.Tensor
     counts: list[int]
+    rows: torch.Tensor | None = None
+    masks: torch.Tensor | None = None
 
     @property
     def batch_size(self) -> int:
@@ -71,12 +76,21 @@ class DETRTargets:
         order_key = torch.where(keep, image, torch.full_like(image, batch_size))
         counts_all = torch.bincount(order_key, minlength=batch_size + 1).tolist()
         order = torch.argsort(order_key, stable=True)[: sum(counts_all[:batch_size])]
-        return cls(labels=targets[order, 1].long(), boxes=xyxy_to_cxcywh(xyxy[order]), counts=counts_all[:batch_size])
+        return cls(labels=targets[order, 1].long(), boxes=xyxy_to_cxcywh(xyxy[order]), counts=counts_all[:batch_size], rows=order)
 
     @classmethod
     def from_lists(cls, labels: list[torch.Tensor], boxes: list[torch.Tensor]) -> "DETRTargets":
         """Pack per-image ``labels`` and normalised cxcywh ``boxes`` (the format of the official code)."""
         return cls(labels=torch.cat(labels).long(), boxes=torch.cat(boxes).float(), counts=[len(x) for x in labels])
 
+    def with_masks(self, masks: torch.Tensor) -> "DETRTargets":
+        """These targets with ``masks`` (T×h×w, one per packed box, in packing order)."""
+        if masks.dim() != 3 or len(masks) != self.total:
+            raise ValueError(f"targets need one h×w mask per box ({self.total}), got masks of shape {tuple(masks.shape)}")
+        return DETRTargets(self.labels, self.boxes, list(self.counts), self.rows, masks)
+
     def to(self, device: torch.device) -> "DETRTargets":
-        return DETRTargets(self.labels.to(device), self.boxes.to(device), list(self.counts))
+        def move(value: torch.Tensor | None) -> torch.Tensor | None:
+            return None if value is None else value.to(device)
+
+        return DETRTargets(self.labels.to(device), self.boxes.to(device), list(self.counts), move(self.rows), move(self.masks))
