@@ -427,7 +427,10 @@ ORACLE_CASES: dict[str, OracleCase] = {
                         **_DETR),
     "dfine_seg": OracleCase("LibreDFINE", image_size=256, minimum_side=256,
                             **{**_DETR, "zoo_outputs": _dfine_seg_zoo, "libreyolo_outputs": _dfine_seg_libreyolo,
-                               "libreyolo_options": {"_scratch_init": True, "task": "segment"}}),
+                               "libreyolo_options": {"_scratch_init": True, "task": "segment"},
+                               # the two FDR constants by name: the fragment "decoder.up" would also take mask_decoder.up_conv
+                               "libreyolo_unused_parameters": (),
+                               "libreyolo_inert_entries": lambda model: model.decoder.up.numel() + model.decoder.reg_scale.numel()}),
     "deim": OracleCase("LibreDEIM", image_size=256, libreyolo_train_step=_detr_train_step("deim"), minimum_side=256,
                        **_DETR),
     "rtdetrv4": OracleCase("LibreRTDETRv4", image_size=128, libreyolo_train_step=_detr_train_step("rtdetrv4"),
