@@ -76,7 +76,7 @@ def test_every_declared_converter_is_its_own_familys_and_resolves():
     from zoo_core.registry import load_registry
 
     declared = {name: family for name, family in load_registry().items() if family.converter is not None}
-    assert len(declared) == 23, sorted(declared)
+    assert len(declared) == 24, sorted(declared)
     for name, family in declared.items():
         module = family.converter.split(":")[0]
         assert module.split(".")[0] == family.plugin, f"{name}'s converter {family.converter} is not in {family.plugin}"

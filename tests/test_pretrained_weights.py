@@ -120,7 +120,7 @@ def test_every_libreyolo_name_resolves_to_the_url_libreyolo_computes(monkeypatch
     families = load_registry()
     cases = [(source.file_name, [source.file_name, *source.names]) for declaration in families.values()
              for source in (size.weights for size in declaration.sizes.values()) if source is not None]
-    assert len(cases) == 100  # 97 Hub files and three YOLO-NAS files on Deci's CDN
+    assert len(cases) == 105  # 102 Hub files and three YOLO-NAS files on Deci's CDN
     names = spellings = agreed = 0
     for canonical, published in cases:
         expected = libreyolo_url(canonical)
@@ -146,7 +146,7 @@ def test_every_libreyolo_name_resolves_to_the_url_libreyolo_computes(monkeypatch
     with capsys.disabled():
         print(f"\n{agreed}/{names} names resolve as LibreYOLO's ({spellings} spellings with the case variants and "
               "zoo's short forms, all to LibreYOLO's URL)")
-    assert agreed == names == 139  # LibreYOLO 1.6's file names and aliases for the 24 families, FOMO's three aside
+    assert agreed == names == 144  # LibreYOLO 1.6's file names and aliases for the 25 families, FOMO's three aside
 
 
 def test_the_registry_names_a_hub_file_for_every_libreyolo_download():
@@ -160,7 +160,7 @@ def test_the_registry_names_a_hub_file_for_every_libreyolo_download():
     assert unpublished == [("fomo", "l"), ("fomo", "m"), ("fomo", "s"), *[("rtmdet_ins", size) for size in "lmstx"],
                            ("yolo7", "tiny"), ("yolo7", "x"), *[("yolo9_seg", size) for size in ("c", "m", "s", "t")]]
     hub = [source for source in declared.values() if source is not None and source.on_hub]
-    assert len(hub) == 97 and all(source.repo == f"LibreYOLO/{source.file_name[:-3]}" for source in hub)
+    assert len(hub) == 102 and all(source.repo == f"LibreYOLO/{source.file_name[:-3]}" for source in hub)
     nas = declared[("yolonas", "s")]
     assert nas is not None and nas.sha256 and nas.licence_notice and "LibreYOLONASs.pt" in nas.names
 
