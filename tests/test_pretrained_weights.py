@@ -146,7 +146,7 @@ def test_every_libreyolo_name_resolves_to_the_url_libreyolo_computes(monkeypatch
     with capsys.disabled():
         print(f"\n{agreed}/{names} names resolve as LibreYOLO's ({spellings} spellings with the case variants and "
               "zoo's short forms, all to LibreYOLO's URL)")
-    assert agreed == names == 144  # LibreYOLO 1.6's file names and aliases for the 25 families, FOMO's three aside
+    assert agreed == names == 144  # LibreYOLO 1.6's file names and aliases for the families, FOMO's three aside
 
 
 def test_the_registry_names_a_hub_file_for_every_libreyolo_download():
