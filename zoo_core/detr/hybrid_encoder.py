@@ -20,6 +20,7 @@ family plugs in its own factories.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Sequence
@@ -73,9 +74,10 @@ def elan_fusion(expansion: float = 1.0, depth_mult: float = 1.0, activation: str
 class IntraScaleEncoderLayer(nn.Module):
     """Post-norm transformer encoder layer; the position embedding is added to queries and keys only.
 
-    Attention runs through ``nn.MultiheadAttention``'s weights-returning path (the published code's),
-    which keeps the encoder bit-identical to it: the query selection downstream is a top-k, where
-    last-bit differences can reorder near-tied scores.
+    Attention computes what ``nn.MultiheadAttention``'s weights-returning path (the published code's)
+    computes for trainable weights, op for op (``self_attention``), which keeps the encoder
+    bit-identical to it: the query selection downstream is a top-k, where last-bit differences can
+    reorder near-tied scores.
     """
 
     def __init__(self, dim: int, num_heads: int, ffn_dim: int, activation: str = "gelu", dropout: float = 0.0) -> None:
@@ -88,9 +90,40 @@ class IntraScaleEncoderLayer(nn.Module):
         self.norm_ffn = nn.LayerNorm(dim)
         self.dropout = nn.Dropout(dropout) if dropout > 0 else nn.Identity()
 
+    def self_attention(self, query: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        """``self_attn(query, query, value)[0]`` (B×T×dim, batch first), the same bits whether or not its
+        weights require grad.
+
+        ``nn.MultiheadAttention`` projects the sequence-first (transposed) view of its inputs, and ATen's
+        matmul picks the kernel of that projection by whether the weight requires grad: a contiguous copy
+        and one ``mm`` when it does, a ``bmm`` over the strided view when it does not. A frozen copy (the
+        inference form, ``zoo_core.export.inference_form``) then rounds differently, its query scores
+        differ in the last bit, and near-tied queries swap places in the top-k. Here the projections are
+        always the copy and the ``mm``; the rest is the module's own sequence of ops.
+        """
+        attention = self.self_attn
+        batch, length, dim = query.shape
+        heads = attention.num_heads
+        head_dim = dim // heads
+        w_q, w_k, w_v = attention.in_proj_weight.chunk(3)
+        b_q, b_k, b_v = attention.in_proj_bias.chunk(3)
+
+        def project(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+            rows = x.transpose(0, 1).contiguous().view(length * batch, dim)
+            projected = torch.mm(rows, weight.t()).view(length, batch, dim) + bias
+            return projected.view(length, batch * heads, head_dim).transpose(0, 1)  # (B·heads)×T×head_dim
+
+        q, k, v = project(query, w_q, b_q), project(query, w_k, b_k), project(value, w_v, b_v)
+        weights = torch.bmm(q * math.sqrt(1.0 / float(head_dim)), k.transpose(-2, -1)).softmax(dim=-1)
+        if self.training and attention.dropout > 0.0:
+            weights = F.dropout(weights, p=attention.dropout)
+        attended = torch.bmm(weights, v).transpose(0, 1).contiguous().view(length * batch, dim)
+        attended = F.linear(attended, attention.out_proj.weight, attention.out_proj.bias)
+        return attended.view(length, batch, dim).transpose(0, 1)
+
     def forward(self, tokens: torch.Tensor, position: torch.Tensor | None = None) -> torch.Tensor:
         query = tokens if position is None else tokens + position
-        attended = self.self_attn(query, query, tokens)[0]
+        attended = self.self_attention(query, tokens)
         tokens = self.norm_attn(tokens + self.dropout(attended))
         hidden = self.ffn_out(self.dropout(self.ffn_act(self.ffn_in(tokens))))
         return self.norm_ffn(tokens + self.dropout(hidden))
