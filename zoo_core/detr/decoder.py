@@ -202,7 +202,10 @@ class QuerySelector(nn.Module):
         nn.init.zeros_(self.box_head.layers[-1].weight)
         nn.init.zeros_(self.box_head.layers[-1].bias)
         self._anchors: "OrderedDict[tuple, tuple[torch.Tensor, torch.Tensor]]" = OrderedDict()
+        # Both set by an inference form (DETRDetector.fuse, DETRSegmenter.fuse): ties to the lower token and,
+        # unless keep_score_order, the kept queries listed in token order.
         self.token_order = False
+        self.keep_score_order = False
 
     def anchors(self, spatial_shapes: SpatialShapes, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """``(1, tokens, 4)`` anchor logits and ``(1, tokens, 1)`` validity, cached per shape."""
@@ -236,8 +239,10 @@ class QuerySelector(nn.Module):
         anchor_logits, valid = self.anchors(spatial_shapes, memory.device, memory.dtype)
         features = self.memory_norm(self.memory_linear(valid.to(memory.dtype) * memory))
         token_logits = self.class_head(features)
-        if self.token_order:  # the inference form (DETRDetector.fuse): ties to the lower token, queries in token order
-            index = torch.topk(lower_token_first(token_logits.max(-1).values), self.num_queries, dim=1).indices.sort(dim=1).values
+        if self.token_order:  # the inference form: ties to the lower token, queries in token order unless keep_score_order
+            index = torch.topk(lower_token_first(token_logits.max(-1).values), self.num_queries, dim=1).indices
+            if not self.keep_score_order:
+                index = index.sort(dim=1).values
         else:
             index = torch.topk(token_logits.max(-1).values, self.num_queries, dim=1).indices
         selected = features.gather(1, index[..., None].expand(-1, -1, features.shape[-1]))

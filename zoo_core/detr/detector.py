@@ -87,7 +87,8 @@ class DETRDetector(nn.Module):
         other, and a score-ordered list would then depend on each runtime's tie-breaking and rounding
         (ONNX Runtime and ``torch.topk`` list ties differently), which the exported graphs must not.
         A decoder whose query slots carry learned embeddings of their own (RF-DETR) keeps the score
-        order: its detections depend on which proposal sits in which slot.
+        order: its detections depend on which proposal sits in which slot; so does a segmenter
+        (``DETRSegmenter.fuse``), whose outputs are the per-query tensors themselves.
         """
         for module in self.modules():
             if hasattr(module, "token_order"):

@@ -69,6 +69,14 @@ class DETRSegmenter(DETRDetector):
         self.input_pipeline = input_pipeline
         decoder.return_queries = True
 
+    @torch.no_grad()
+    def fuse(self) -> None:
+        """The detector's inference form (equal query scores to the lower token), but with the queries kept in
+        score order: the segment task's outputs are the per-query tensors themselves (``mask_coefficients``
+        row q is query q's), so the inference form must list them as the model does, not in token order."""
+        super().fuse()
+        self.decoder.query_selector.keep_score_order = True
+
     def published_parameter_count(self) -> int:
         """Every parameter plus the decoder's fixed constants held as buffers (FDR's ``up`` and ``reg_scale``),
         which LibreYOLO counts as (frozen) parameters: its figure. Works on the meta device."""
