@@ -7,6 +7,7 @@ LibreYOLO 1.6 (denoising on, same seed) and the LibreYOLO key sets of every size
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -19,7 +20,7 @@ from zoo_core.detr.denoising import make_denoising_queries
 from zoo_core.detr.distribution import boxes_to_offsets, edge_weighting, expected_offsets, offsets_to_bins, offsets_to_boxes
 from zoo_core.detr.fusion_blocks import RepConvBlock
 from zoo_core.detr.geometry import cxcywh_to_xyxy, inverse_sigmoid, paired_giou, pairwise_giou, sine_position_grid, xyxy_to_cxcywh
-from zoo_core.detr.hybrid_encoder import HybridEncoder, csp_rep_fusion, elan_fusion
+from zoo_core.detr.hybrid_encoder import HybridEncoder, IntraScaleEncoderLayer, csp_rep_fusion, elan_fusion
 from zoo_core.detr.losses import distillation_divergence, fine_grained_localization_loss, matchability_aware_loss
 from zoo_core.detr.matcher import HungarianMatcher, Match
 from zoo_core.detr.postprocess import topk_detections
@@ -139,6 +140,23 @@ def test_hybrid_encoder_keeps_level_shapes(fusion):
     maps = [torch.randn(1, c, 16 // 2**i, 16 // 2**i) for i, c in enumerate((8, 16, 32))]
     outputs = encoder(maps)
     assert [tuple(o.shape) for o in outputs] == [(1, 32, 16, 16), (1, 32, 8, 8), (1, 32, 4, 4)]
+
+
+
+@pytest.mark.parametrize(("dim", "heads"), [(128, 8), (256, 8)])
+@torch.no_grad()
+def test_aifi_attention_gives_the_modules_bits_with_weights_trainable_or_frozen(dim, heads):
+    """The published encoder's bits (``nn.MultiheadAttention`` with trainable weights) from the layer, and the same
+    bits from a frozen copy (the inference form): ATen's kernel for the module's own projection follows
+    ``requires_grad``, and a last-bit change there reorders near-tied query scores in the top-k."""
+    torch.manual_seed(0)
+    layer = IntraScaleEncoderLayer(dim, heads, 2 * dim).eval()
+    frozen = copy.deepcopy(layer).requires_grad_(False)
+    tokens, position = torch.randn(2, 64, dim), torch.randn(1, 64, dim)
+    query = tokens + position
+    published = layer.self_attn(query, query, tokens)[0]
+    assert torch.equal(layer.self_attention(query, tokens), published)
+    assert torch.equal(frozen.self_attention(query, tokens), published)
 
 
 # ----------------------------------------------------------------------------- targets, matcher
