@@ -89,7 +89,7 @@ PREDICT_SETTINGS: dict[str, PredictSettings] = {
     **{family: PredictSettings(320) for family in (
         "yolo9", "yolo9_e2e", "yolo7", "yolox", "yolonas", "picodet", "rtmdet",
         "rtdetr", "dfine", "deim", "rtdetrv4", "deimv2", "rfdetr", "ec",
-        "segformer", "ppliteseg", "rtmdet_ins")},
+        "segformer", "ppliteseg", "rtmdet_ins", "dfine_seg")},
     "unet": PredictSettings(160),  # a multiple of its 16; the full-resolution U-Net costs a second a call at 320
     "fomo": PredictSettings(96),  # FOMO-s's native side; a 12×12 grid of cells
     "nafnet": PredictSettings(256),  # ignored by both: restoration runs at the image's own size
@@ -204,7 +204,7 @@ PERTURBATIONS: dict[str, Perturbation] = {
                           "score = obj × cls per anchor: the obj, class and xywh channels of each anchor block"),
     # DETRs: sigmoid scores per (query, class), top-k over queries × classes, no NMS
     **{family: Perturbation("narrow", {r"decoder\.dec_score_head\.\d+": _DETR}, "decoder class heads (the last one scores)")
-       for family in ("rtdetr", "dfine", "deim", "rtdetrv4", "deimv2", "ec")},
+       for family in ("rtdetr", "dfine", "dfine_seg", "deim", "rtdetrv4", "deimv2", "ec")},
     "rfdetr": Perturbation(None, {r"model\.class_embed": (HeadTarget(-3.0, 1.5, channels=_first(3), top=2.5, choose_sign=True),
                                                           HeadTarget(-20.0, 0.0, channels=lambda n: [n - 1], constant=True))},
                            "class_embed: the nc class logits spread; its extra last logit (no class: zoo drops it, "

@@ -36,8 +36,8 @@ def test_bad_sources_say_what_is_accepted(tmp_path: Path):
         load_sources(tmp_path)
     with pytest.raises(ValueError, match="uint8"):
         load_sources(np.zeros((4, 4, 3), dtype=np.float32))
-    with pytest.raises(TypeError, match="unsupported predict source int"):
-        load_sources(3)
+    with pytest.raises(TypeError, match="unsupported predict source float"):
+        load_sources(3.5)  # an int is a camera index (tests/test_predict_sources.py)
 
 
 def test_exif_orientation_is_applied_when_reading_and_inspecting(tmp_path: Path):

@@ -24,7 +24,7 @@ _one_thread = pytest.fixture(autouse=True)(checks.one_torch_thread)
 # Families whose published recipe trains multi-scale, with the first size that does.
 MULTI_SCALE_FAMILIES = {"rtdetr": "r18", "dfine": "s", "deim": "s", "rtdetrv4": "s", "deimv2": "s", "rfdetr": "n"}
 # Families whose stop epoch ends every augmentation but the flip (the DETR line's policy).
-ONLY_FLIPS_AFTER_STOP = ("rtdetr", "dfine", "deim", "rtdetrv4", "deimv2", "ec")
+ONLY_FLIPS_AFTER_STOP = ("rtdetr", "dfine", "dfine_seg", "deim", "rtdetrv4", "deimv2", "ec")
 
 
 def test_the_detr_rule_gives_rt_detrs_published_list_and_d_fines_repeats():
