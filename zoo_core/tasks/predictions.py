@@ -350,11 +350,10 @@ class LabelledItemsResult(Result):
 
 
 class YoloLabelFile:
-    """``save_txt``: a result's ``yolo_lines`` written as a YOLO label file (what ``predict(save_txt=True)`` writes)."""
+    """``save_txt``: a result's ``yolo_lines`` written as a YOLO label file (what ``predict(save_txt=True)`` writes).
 
-    def yolo_lines(self, save_conf: bool = False) -> list[str]:
-        """One label line per found item, in the format of the result's task (each result type defines it)."""
-        raise NotImplementedError(f"{type(self).__name__} has no YOLO label format")
+    The result class it is mixed into defines ``yolo_lines(save_conf)``, the lines of its own task's label format.
+    """
 
     def save_txt(self, path: str | Path, save_conf: bool = False) -> Path:
         """Write ``yolo_lines(save_conf)`` to ``path`` (one line per box; an empty file when nothing was found)."""
